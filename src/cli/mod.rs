@@ -1,0 +1,119 @@
+//! The command-line front end: flag definitions, dispatch, and the mapping of errors to exit
+//! codes. Each subcommand's flags and glue live in one file here; the work is in the library
+//! modules they call.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{Diagnose, Exit};
+
+mod cert;
+mod keys;
+mod policy;
+mod restrict;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  the run failed for a reason that is not the input's fault (I/O, internal)
+  2  usage error or malformed input (bad flag, unparsable file, unknown field)
+  3  refused by verification (signature, digest, policy, limit, revocation)";
+
+/// Sealed inference job runner: runs only owner-approved engines, and signs what they produced.
+#[derive(Debug, Parser)]
+#[command(name = "runner", version, after_help = EXIT_CODES, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create an Ed25519 key pair (private key mode 0600, public key beside it as KEY.pub).
+    Keygen(keys::KeygenArgs),
+    /// Print a policy's id (16-hex short form) and its full digest.
+    PolicyId(policy::PolicyIdArgs),
+    /// Check an engine against a policy and write the owner's redacted view.
+    Restrict(restrict::RestrictArgs),
+    /// Sign a certificate approving an engine, a policy and a model.
+    Approve(cert::ApproveArgs),
+    /// Add another owner's signature to an existing certificate.
+    Cosign(cert::CosignArgs),
+    /// Print what a certificate binds and who signed it.
+    Inspect(cert::InspectArgs),
+    /// Verify a certificate against the trust configuration.
+    VerifyCert(cert::VerifyCertArgs),
+    /// Run the whole flow on a built-in demo (not yet: arrives with `runner exec`).
+    Demo,
+}
+
+/// An error from any module, on its way to being printed and turned into an exit code.
+pub struct CliError(Box<dyn Diagnose + Send + Sync>);
+
+impl<E: Diagnose + Send + Sync + 'static> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(Box::new(e))
+    }
+}
+
+/// Result of one subcommand.
+pub type CliResult = Result<(), CliError>;
+
+/// Write to stdout; a closed pipe (`runner inspect cert.json | head -1`) is not an error.
+pub(crate) fn print(text: &str) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(StdoutError(e).into()),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output: {0}")]
+struct StdoutError(std::io::Error);
+
+impl Diagnose for StdoutError {
+    fn exit(&self) -> Exit {
+        Exit::Failure
+    }
+}
+
+/// Parse the arguments, run the subcommand, print any error, return the exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { Exit::BadInput } else { Exit::Ok }.into();
+        }
+    };
+    match run(cli) {
+        Ok(()) => Exit::Ok.into(),
+        Err(CliError(e)) => {
+            eprintln!("error: {e}");
+            if let Some(hint) = e.hint() {
+                eprintln!("  hint: {hint}");
+            }
+            e.exit().into()
+        }
+    }
+}
+
+fn run(cli: Cli) -> CliResult {
+    match cli.command {
+        Command::Keygen(args) => keys::keygen(args),
+        Command::PolicyId(args) => policy::policy_id(args),
+        Command::Restrict(args) => restrict::restrict(args),
+        Command::Approve(args) => cert::approve(args),
+        Command::Cosign(args) => cert::cosign(args),
+        Command::Inspect(args) => cert::inspect(args),
+        Command::VerifyCert(args) => cert::verify_cert(args),
+        Command::Demo => print(
+            "runner demo: not yet. The demo runs the whole flow once `runner exec` lands \
+             (issue 5); until then try `runner keygen`, `runner policy-id` and `runner approve`.\n",
+        ),
+    }
+}

@@ -1,0 +1,18 @@
+//! `runner`: a sealed inference job runner.
+//!
+//! It runs only an engine whose exact source and policy the data owners approved in a signed
+//! certificate, and signs what it produced. The parts, each in its own module:
+//!
+//! - [`trust`]: keys, canonical JSON, DSSE envelopes, policies and `policy_id`, certificates and
+//!   their verification against the operator's trust configuration.
+//! - [`restrict`]: the engine language, its verifier (private regions checked against a policy),
+//!   the owner's redacted view, the compiler and the interpreter.
+//! - [`kernels`]: the tensor operations the engine language calls.
+//! - [`cli`]: the command-line front end; thin glue over the modules above.
+//! - [`error`]: how every module's errors map to exit codes and hints.
+
+pub mod cli;
+pub mod error;
+pub mod kernels;
+pub mod restrict;
+pub mod trust;

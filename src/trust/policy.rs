@@ -1,0 +1,322 @@
+//! Policies: which functions an engine's private regions may call, and the limits `exec`
+//! enforces on a job; and `policy_id`, the digest owners approve.
+//!
+//! `policy_id` is the BLAKE3 digest, in derive-key mode under [`POLICY_ID_CONTEXT`], of the RFC
+//! 8785 canonical JSON of `{"policy": <normalised policy>, "verifier_version": <version>}`. The
+//! normalised policy has every list sorted and de-duplicated, so reordering or repeating entries
+//! keeps the id, while the JSON encoding keeps `["a|b"]` and `["a","b"]` apart. Unlike
+//! syft-restrict's 64-bit hash of `|`-joined lists, it is a full 256-bit digest and it changes
+//! with the verifier version. Its display form is the first 16 hex digits.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::canonical::{self, parse_strict};
+use crate::error::{Diagnose, Exit};
+
+/// The policy file format this runner reads.
+pub const POLICY_SCHEMA: &str = "runner-policy/1";
+
+/// BLAKE3 derive-key context for `policy_id`.
+pub const POLICY_ID_CONTEXT: &str = "runner 2026-11 policy_id v1";
+
+/// BLAKE3 derive-key context for the policy digest (the canonical policy alone).
+pub const POLICY_DIGEST_CONTEXT: &str = "runner 2026-11 policy digest v1";
+
+/// A policy, as written in its JSON file, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Always [`POLICY_SCHEMA`].
+    pub schema: String,
+    /// A short human name ("gemma3").
+    pub name: String,
+    /// Function names or `prefix.*` globs that private regions may call.
+    pub allow_functions: BTreeSet<String>,
+    /// Function names or globs that may never be called; beats `allow_functions`.
+    #[serde(default)]
+    pub disallow_functions: BTreeSet<String>,
+    /// Limits `runner exec` enforces on every job.
+    pub limits: Limits,
+    /// The output kinds a job may ask for.
+    pub outputs: BTreeSet<OutputKind>,
+}
+
+/// Limits the runner enforces on a job before running it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest batch of sequences run together.
+    pub max_batch: u32,
+    /// Largest number of generated tokens per input.
+    pub max_new_tokens: u32,
+    /// Longest prompt, in tokens, after the template is applied.
+    pub max_prompt_tokens: u32,
+    /// Largest number of inputs in one job.
+    pub max_inputs: u32,
+}
+
+/// What a job may write back out of the enclave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// Generated token ids.
+    Tokens,
+    /// Generated text, decoded by the tokenizer.
+    Text,
+}
+
+/// A 256-bit digest with the short 16-hex display form used for `policy_id`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PolicyId(pub [u8; 32]);
+
+impl PolicyId {
+    /// The full digest as 64 hex digits.
+    pub fn to_hex(&self) -> String {
+        blake3::Hash::from(self.0).to_hex().to_string()
+    }
+    /// The 16-hex display form.
+    pub fn short(&self) -> String {
+        self.to_hex()[..16].to_owned()
+    }
+}
+
+impl fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.short())
+    }
+}
+
+impl fmt::Debug for PolicyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PolicyId({})", self.to_hex())
+    }
+}
+
+/// Why a policy was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("cannot read policy {path}: {source}")]
+    Read {
+        /// The policy file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Not JSON, a duplicate key, an unknown field, a wrong type or a missing field.
+    #[error("policy {origin} is malformed: {detail}")]
+    Malformed {
+        /// Where the policy came from (a path, or "certificate payload").
+        origin: String,
+        /// serde's message, with line and column.
+        detail: String,
+    },
+    /// The `schema` field names a format this runner does not read.
+    #[error("policy {origin}: field `schema` is {found:?}, expected {POLICY_SCHEMA:?}")]
+    Schema {
+        /// Where the policy came from.
+        origin: String,
+        /// The schema found.
+        found: String,
+    },
+    /// A function pattern that is neither a name nor a `prefix.*` glob.
+    #[error("policy {origin}: field `{field}` has an invalid entry {entry:?}: {why}")]
+    BadPattern {
+        /// Where the policy came from.
+        origin: String,
+        /// `allow_functions` or `disallow_functions`.
+        field: &'static str,
+        /// The offending entry.
+        entry: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A limit of zero would refuse every job.
+    #[error("policy {origin}: field `limits.{field}` is 0; every job would be refused")]
+    ZeroLimit {
+        /// Where the policy came from.
+        origin: String,
+        /// The limit's name.
+        field: &'static str,
+    },
+    /// `outputs` is empty, so no job could write anything.
+    #[error("policy {origin}: field `outputs` is empty")]
+    NoOutputs {
+        /// Where the policy came from.
+        origin: String,
+    },
+}
+
+impl Diagnose for PolicyError {
+    fn exit(&self) -> Exit {
+        Exit::BadInput
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            PolicyError::Read { .. } => "check the path given to --policy".into(),
+            PolicyError::Malformed { .. } => format!(
+                "a policy has exactly the fields schema, name, allow_functions, \
+                 disallow_functions, limits {{max_batch, max_new_tokens, max_prompt_tokens, \
+                 max_inputs}} and outputs; see policies/gemma3.json"
+            ),
+            PolicyError::Schema { .. } => format!("set \"schema\": \"{POLICY_SCHEMA}\""),
+            PolicyError::BadPattern { .. } => "write an exact function name (`linear`, \
+                `nn.linear`) or a prefix glob (`nn.*`); other wildcards are not supported"
+                .into(),
+            PolicyError::ZeroLimit { .. } => "set the limit to the largest value you accept".into(),
+            PolicyError::NoOutputs { .. } => "list at least one of \"tokens\", \"text\"".into(),
+        })
+    }
+}
+
+/// A validated function pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pattern<'a> {
+    Exact(&'a str),
+    Prefix(&'a str),
+}
+
+fn is_ident(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn is_dotted_name(s: &str) -> bool {
+    !s.is_empty() && s.split('.').all(is_ident)
+}
+
+fn parse_pattern(entry: &str) -> Result<Pattern<'_>, &'static str> {
+    if let Some(prefix) = entry.strip_suffix(".*") {
+        if is_dotted_name(prefix) {
+            return Ok(Pattern::Prefix(prefix));
+        }
+        return Err("the part before `.*` must be a dotted name of ASCII identifiers");
+    }
+    if entry.contains('*') {
+        return Err("`*` is only allowed as a whole final segment (`prefix.*`)");
+    }
+    if is_dotted_name(entry) {
+        Ok(Pattern::Exact(entry))
+    } else {
+        Err("not a function name: use ASCII letters, digits and `_`, segments joined by `.`")
+    }
+}
+
+fn pattern_matches(pattern: &str, name: &str) -> bool {
+    match parse_pattern(pattern) {
+        Ok(Pattern::Exact(p)) => p == name,
+        Ok(Pattern::Prefix(p)) => name
+            .strip_prefix(p)
+            .is_some_and(|rest| rest.starts_with('.') && rest.len() > 1),
+        Err(_) => false,
+    }
+}
+
+impl Policy {
+    /// Read and validate a policy file.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let bytes = std::fs::read(path).map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Policy::from_json(&bytes, &path.display().to_string())
+    }
+
+    /// Parse and validate policy JSON; `origin` names it in errors.
+    pub fn from_json(bytes: &[u8], origin: &str) -> Result<Policy, PolicyError> {
+        let malformed = |e: serde_json::Error| PolicyError::Malformed {
+            origin: origin.to_owned(),
+            detail: e.to_string(),
+        };
+        // Duplicate keys first: serde's derive would catch them only for struct fields.
+        parse_strict(bytes).map_err(malformed)?;
+        let policy: Policy = serde_json::from_slice(bytes).map_err(malformed)?;
+        policy.validate(origin)?;
+        Ok(policy)
+    }
+
+    /// Check the invariants serde cannot express.
+    pub fn validate(&self, origin: &str) -> Result<(), PolicyError> {
+        if self.schema != POLICY_SCHEMA {
+            return Err(PolicyError::Schema {
+                origin: origin.to_owned(),
+                found: self.schema.clone(),
+            });
+        }
+        for (field, list) in [
+            ("allow_functions", &self.allow_functions),
+            ("disallow_functions", &self.disallow_functions),
+        ] {
+            for entry in list {
+                parse_pattern(entry).map_err(|why| PolicyError::BadPattern {
+                    origin: origin.to_owned(),
+                    field,
+                    entry: entry.clone(),
+                    why,
+                })?;
+            }
+        }
+        let l = &self.limits;
+        for (field, v) in [
+            ("max_batch", l.max_batch),
+            ("max_new_tokens", l.max_new_tokens),
+            ("max_prompt_tokens", l.max_prompt_tokens),
+            ("max_inputs", l.max_inputs),
+        ] {
+            if v == 0 {
+                return Err(PolicyError::ZeroLimit {
+                    origin: origin.to_owned(),
+                    field,
+                });
+            }
+        }
+        if self.outputs.is_empty() {
+            return Err(PolicyError::NoOutputs {
+                origin: origin.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a private region may call `name`: some allow entry matches it and no disallow
+    /// entry does. Anything not allowed is denied.
+    pub fn allows(&self, name: &str) -> bool {
+        let hit = |list: &BTreeSet<String>| list.iter().any(|p| pattern_matches(p, name));
+        !hit(&self.disallow_functions) && hit(&self.allow_functions)
+    }
+
+    /// The policy's normalised RFC 8785 bytes: lists sorted and de-duplicated (the sets do it).
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        canonical::to_canonical_from(self).expect("a policy holds only strings and small integers")
+    }
+
+    /// Digest of the canonical policy alone.
+    pub fn digest(&self) -> PolicyId {
+        let mut h = blake3::Hasher::new_derive_key(POLICY_DIGEST_CONTEXT);
+        h.update(&self.canonical_bytes());
+        PolicyId(*h.finalize().as_bytes())
+    }
+
+    /// `policy_id` under the running verifier.
+    pub fn policy_id(&self) -> PolicyId {
+        self.policy_id_for(crate::restrict::VERIFIER_VERSION)
+    }
+
+    /// `policy_id` under a given verifier version.
+    pub fn policy_id_for(&self, verifier_version: &str) -> PolicyId {
+        let doc = serde_json::json!({
+            "policy": serde_json::to_value(self).expect("policy serialises"),
+            "verifier_version": verifier_version,
+        });
+        let bytes = canonical::to_canonical(&doc).expect("a policy holds only strings and small integers");
+        let mut h = blake3::Hasher::new_derive_key(POLICY_ID_CONTEXT);
+        h.update(&bytes);
+        PolicyId(*h.finalize().as_bytes())
+    }
+}
