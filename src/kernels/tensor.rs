@@ -1,0 +1,218 @@
+//! The two kinds of tensor the kernels take: [`Tensor`], an owned row-major f32 activation, and
+//! [`Weight`], a read-only view of stored weight bytes (bf16, f16 or f32) that is never copied
+//! to f32 wholesale; kernels convert tiles of it as they go.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// An owned, row-major f32 tensor (activations, logits, small converted vectors).
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    data: Vec<f32>,
+}
+
+/// A shape/data mismatch when building a tensor or weight view.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("shape {shape:?} needs {expected} elements, found {found}")]
+pub struct ShapeMismatch {
+    /// The requested shape.
+    pub shape: Vec<usize>,
+    /// Elements the shape needs.
+    pub expected: usize,
+    /// Elements supplied.
+    pub found: usize,
+}
+
+fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Tensor {
+    /// A tensor from its shape and row-major data.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Tensor, ShapeMismatch> {
+        match numel(&shape) {
+            Some(n) if n == data.len() => Ok(Tensor { shape, data }),
+            n => Err(ShapeMismatch {
+                expected: n.unwrap_or(usize::MAX),
+                found: data.len(),
+                shape,
+            }),
+        }
+    }
+    /// A tensor of zeros.
+    pub fn zeros(shape: Vec<usize>) -> Tensor {
+        let n = numel(&shape).expect("shape fits in memory");
+        Tensor {
+            shape,
+            data: vec![0.0; n],
+        }
+    }
+    /// A rank-0 tensor.
+    pub fn scalar(v: f32) -> Tensor {
+        Tensor {
+            shape: Vec::new(),
+            data: vec![v],
+        }
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// The row-major data.
+    pub fn data(&self) -> &[f32] {
+        &self.data
+    }
+    /// The row-major data, mutable.
+    pub fn data_mut(&mut self) -> &mut [f32] {
+        &mut self.data
+    }
+    /// Consume into the data.
+    pub fn into_data(self) -> Vec<f32> {
+        self.data
+    }
+    /// Same data, new shape with the same number of elements.
+    pub fn reshape(self, shape: Vec<usize>) -> Result<Tensor, ShapeMismatch> {
+        Tensor::new(shape, self.data)
+    }
+    /// Size of the last dimension (1 for a scalar).
+    pub fn last_dim(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor{:?}", self.shape)
+    }
+}
+
+/// Storage dtype of a weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE 754 single precision.
+    F32,
+    /// bfloat16.
+    BF16,
+    /// IEEE 754 half precision.
+    F16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::BF16 | DType::F16 => 2,
+        }
+    }
+}
+
+/// Bytes that back weights: a memory map in production, a `Vec<u8>` in tests.
+pub type Backing = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A read-only, row-major view of weight bytes in their stored dtype (little-endian).
+///
+/// Cloning shares the backing bytes; `scan` hands each layer's weights to the body this way.
+#[derive(Clone)]
+pub struct Weight {
+    dtype: DType,
+    shape: Vec<usize>,
+    backing: Backing,
+    range: Range<usize>,
+}
+
+impl Weight {
+    /// A view of `backing[range]` as a `dtype` tensor of `shape`.
+    pub fn new(
+        dtype: DType,
+        shape: Vec<usize>,
+        backing: Backing,
+        range: Range<usize>,
+    ) -> Result<Weight, ShapeMismatch> {
+        let bytes_len = (*backing).as_ref().len();
+        let n = numel(&shape).and_then(|n| n.checked_mul(dtype.size()));
+        let ok = range.start <= range.end && range.end <= bytes_len && n == Some(range.len());
+        if !ok {
+            return Err(ShapeMismatch {
+                expected: n.unwrap_or(usize::MAX),
+                found: range.len(),
+                shape,
+            });
+        }
+        Ok(Weight {
+            dtype,
+            shape,
+            backing,
+            range,
+        })
+    }
+    /// A weight owning its f32 values (tests, small synthetic models).
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Result<Weight, ShapeMismatch> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let len = bytes.len();
+        Weight::new(DType::F32, shape, Arc::new(bytes), 0..len)
+    }
+    /// Storage dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// The raw little-endian bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &(*self.backing).as_ref()[self.range.clone()]
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.range.len() / self.dtype.size()
+    }
+    /// Convert elements `start..start + out.len()` (row-major) into `out`. This is how kernels
+    /// read weights: a row or tile at a time, never the whole matrix.
+    pub fn read_f32(&self, start: usize, out: &mut [f32]) {
+        let s = self.dtype.size();
+        let bytes = &self.bytes()[start * s..(start + out.len()) * s];
+        match self.dtype {
+            DType::F32 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            DType::BF16 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                }
+            }
+            DType::F16 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                }
+            }
+        }
+    }
+    /// A view of one slice along the first axis (layer `i` of a stacked weight, row `i` of a
+    /// matrix), sharing the backing bytes.
+    pub fn index0(&self, i: usize) -> Option<Weight> {
+        let (&rows, rest) = self.shape.split_first()?;
+        if i >= rows {
+            return None;
+        }
+        let per = numel(rest)? * self.dtype.size();
+        let start = self.range.start + i * per;
+        Some(Weight {
+            dtype: self.dtype,
+            shape: rest.to_vec(),
+            backing: Arc::clone(&self.backing),
+            range: start..start + per,
+        })
+    }
+}
+
+impl fmt::Debug for Weight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Weight<{:?}>{:?}", self.dtype, self.shape)
+    }
+}
