@@ -7,13 +7,17 @@
 //!   their verification against the operator's trust configuration.
 //! - [`restrict`]: the engine language, its verifier (private regions checked against a policy),
 //!   the owner's redacted view, the compiler and the interpreter.
+//! - [`model`]: model checkpoints, starting with the model digest certificates bind.
 //! - [`kernels`]: the tensor operations the engine language calls.
+//! - [`atomic`]: atomic file writes (temporary file, fsync, rename).
 //! - [`cli`]: the command-line front end; thin glue over the modules above.
 //! - [`error`]: how every module's errors map to exit codes and hints.
 
+pub mod atomic;
 pub mod cli;
 pub mod error;
 #[allow(unsafe_code)] // SIMD kernels; every block carries a SAFETY comment.
 pub mod kernels;
+pub mod model;
 pub mod restrict;
 pub mod trust;

@@ -26,6 +26,9 @@ pub const POLICY_ID_CONTEXT: &str = "runner 2026-11 policy_id v1";
 /// BLAKE3 derive-key context for the policy digest (the canonical policy alone).
 pub const POLICY_DIGEST_CONTEXT: &str = "runner 2026-11 policy digest v1";
 
+/// Longest accepted policy `name`, in bytes.
+const MAX_NAME_LEN: usize = 100;
+
 /// A policy, as written in its JSON file, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,6 +147,14 @@ pub enum PolicyError {
         /// The limit's name.
         field: &'static str,
     },
+    /// `name` is empty, too long, or has control characters (it is printed to terminals).
+    #[error("policy {origin}: field `name` {why}")]
+    BadName {
+        /// Where the policy came from.
+        origin: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// `outputs` is empty, so no job could write anything.
     #[error("policy {origin}: field `outputs` is empty")]
     NoOutputs {
@@ -159,17 +170,17 @@ impl Diagnose for PolicyError {
     fn hint(&self) -> Option<String> {
         Some(match self {
             PolicyError::Read { .. } => "check the path given to --policy".into(),
-            PolicyError::Malformed { .. } => format!(
-                "a policy has exactly the fields schema, name, allow_functions, \
-                 disallow_functions, limits {{max_batch, max_new_tokens, max_prompt_tokens, \
-                 max_inputs}} and outputs; see policies/gemma3.json"
-            ),
+            PolicyError::Malformed { .. } => "a policy has exactly the fields schema, name, \
+                allow_functions, disallow_functions, limits {max_batch, max_new_tokens, \
+                max_prompt_tokens, max_inputs} and outputs; see policies/gemma3.json"
+                .into(),
             PolicyError::Schema { .. } => format!("set \"schema\": \"{POLICY_SCHEMA}\""),
             PolicyError::BadPattern { .. } => "write an exact function name (`linear`, \
                 `nn.linear`) or a prefix glob (`nn.*`); other wildcards are not supported"
                 .into(),
             PolicyError::ZeroLimit { .. } => "set the limit to the largest value you accept".into(),
             PolicyError::NoOutputs { .. } => "list at least one of \"tokens\", \"text\"".into(),
+            PolicyError::BadName { .. } => "use a short printable name such as \"gemma3\"".into(),
         })
     }
 }
@@ -249,6 +260,21 @@ impl Policy {
                 found: self.schema.clone(),
             });
         }
+        let why = if self.name.trim().is_empty() {
+            Some("is empty")
+        } else if self.name.len() > MAX_NAME_LEN {
+            Some("is longer than 100 bytes")
+        } else if self.name.chars().any(char::is_control) {
+            Some("contains control characters")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(PolicyError::BadName {
+                origin: origin.to_owned(),
+                why,
+            });
+        }
         for (field, list) in [
             ("allow_functions", &self.allow_functions),
             ("disallow_functions", &self.disallow_functions),
@@ -314,9 +340,249 @@ impl Policy {
             "policy": serde_json::to_value(self).expect("policy serialises"),
             "verifier_version": verifier_version,
         });
-        let bytes = canonical::to_canonical(&doc).expect("a policy holds only strings and small integers");
+        let bytes =
+            canonical::to_canonical(&doc).expect("a policy holds only strings and small integers");
         let mut h = blake3::Hasher::new_derive_key(POLICY_ID_CONTEXT);
         h.update(&bytes);
         PolicyId(*h.finalize().as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn base() -> Value {
+        json!({
+            "schema": POLICY_SCHEMA,
+            "name": "test",
+            "allow_functions": ["linear", "nn.*", "add"],
+            "disallow_functions": ["nn.exec"],
+            "limits": {"max_batch": 8, "max_new_tokens": 64, "max_prompt_tokens": 512, "max_inputs": 100},
+            "outputs": ["tokens", "text"],
+        })
+    }
+
+    fn parse(v: &Value) -> Result<Policy, PolicyError> {
+        Policy::from_json(v.to_string().as_bytes(), "test.json")
+    }
+
+    fn id(v: &Value) -> PolicyId {
+        parse(v).unwrap().policy_id()
+    }
+
+    #[test]
+    fn shipped_policy_loads() {
+        let p = Policy::load(Path::new("policies/gemma3.json")).unwrap();
+        assert_eq!(p.name, "gemma3");
+        assert!(p.allows("linear"));
+        assert!(!p.allows("open_file"));
+    }
+
+    #[test]
+    fn reordering_or_duplicating_entries_keeps_the_id() {
+        let mut v = base();
+        v["allow_functions"] = json!(["add", "linear", "nn.*", "add", "linear"]);
+        v["outputs"] = json!(["text", "tokens", "text"]);
+        v["disallow_functions"] = json!(["nn.exec", "nn.exec"]);
+        assert_eq!(id(&v), id(&base()));
+        // The limits object's key order does not matter either.
+        let text = base().to_string().replace(
+            r#""max_batch":8,"max_inputs":100"#,
+            r#""max_inputs":100,"max_batch":8"#,
+        );
+        let p = Policy::from_json(text.as_bytes(), "t").unwrap();
+        assert_eq!(p.policy_id(), id(&base()));
+    }
+
+    #[test]
+    fn absent_disallow_list_equals_empty_list() {
+        let mut a = base();
+        a["disallow_functions"] = json!([]);
+        let mut b = base();
+        b.as_object_mut().unwrap().remove("disallow_functions");
+        assert_eq!(id(&a), id(&b));
+    }
+
+    #[test]
+    fn joined_names_do_not_collide_with_separate_names() {
+        // syft-restrict's `|`-joined encoding maps both to "a|b". Ours keeps them apart; "a|b"
+        // is not even a valid function name.
+        let mut joined = base();
+        joined["allow_functions"] = json!(["a|b"]);
+        assert!(matches!(
+            parse(&joined),
+            Err(PolicyError::BadPattern {
+                field: "allow_functions",
+                ..
+            })
+        ));
+        let mut split = base();
+        split["allow_functions"] = json!(["a", "b"]);
+        let mut one = base();
+        one["allow_functions"] = json!(["a.b"]);
+        assert_ne!(id(&split), id(&one));
+        // Moving a name from one list to the other changes the id.
+        let mut moved = base();
+        moved["allow_functions"] = json!(["linear", "nn.*", "add", "nn.exec"]);
+        moved["disallow_functions"] = json!([]);
+        assert_ne!(id(&moved), id(&base()));
+        // The two raw encodings differ as canonical JSON, which is what is hashed.
+        let a = canonical::to_canonical(&json!(["a|b"])).unwrap();
+        let b = canonical::to_canonical(&json!(["a", "b"])).unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn every_limit_output_and_name_change_changes_the_id() {
+        let reference = id(&base());
+        for limit in [
+            "max_batch",
+            "max_new_tokens",
+            "max_prompt_tokens",
+            "max_inputs",
+        ] {
+            let mut v = base();
+            let n = v["limits"][limit].as_u64().unwrap();
+            v["limits"][limit] = json!(n + 1);
+            assert_ne!(id(&v), reference, "{limit}");
+        }
+        let mut v = base();
+        v["outputs"] = json!(["tokens"]);
+        assert_ne!(id(&v), reference);
+        let mut v = base();
+        v["name"] = json!("other");
+        assert_ne!(id(&v), reference);
+    }
+
+    #[test]
+    fn verifier_version_is_part_of_the_id() {
+        let p = parse(&base()).unwrap();
+        assert_eq!(
+            p.policy_id(),
+            p.policy_id_for(crate::restrict::VERIFIER_VERSION)
+        );
+        assert_ne!(
+            p.policy_id_for("runner-restrict/1"),
+            p.policy_id_for("runner-restrict/2")
+        );
+        // The digest of the policy alone does not depend on it, and is a different value.
+        assert_ne!(p.digest(), p.policy_id());
+    }
+
+    #[test]
+    fn short_form_is_16_hex_prefix() {
+        let pid = id(&base());
+        assert_eq!(pid.short().len(), 16);
+        assert_eq!(pid.to_hex().len(), 64);
+        assert!(pid.to_hex().starts_with(&pid.short()));
+        assert_eq!(pid.to_string(), pid.short());
+    }
+
+    #[test]
+    fn rejects_unknown_fields_naming_them() {
+        let mut v = base();
+        v["allow"] = json!([]);
+        let err = parse(&v).unwrap_err();
+        assert!(matches!(err, PolicyError::Malformed { .. }));
+        assert!(err.to_string().contains("unknown field `allow`"), "{err}");
+        let mut v = base();
+        v["limits"]["max_tokens"] = json!(1);
+        let err = parse(&v).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `max_tokens`"),
+            "{err}"
+        );
+        let mut v = base();
+        v["outputs"] = json!(["logits"]);
+        let err = parse(&v).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown variant `logits`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_globs_naming_the_field() {
+        for (field, entry) in [
+            ("allow_functions", "nn*"),
+            ("allow_functions", "*"),
+            ("allow_functions", "a.*.b"),
+            ("disallow_functions", "1abc"),
+            ("disallow_functions", "a..b"),
+            ("allow_functions", ""),
+        ] {
+            let mut v = base();
+            v[field] = json!([entry]);
+            match parse(&v) {
+                Err(PolicyError::BadPattern {
+                    field: f, entry: e, ..
+                }) => {
+                    assert_eq!((f, e.as_str()), (field, entry));
+                }
+                other => panic!("{entry:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_duplicate_keys() {
+        let text = base().to_string().replacen("{", r#"{"name":"shadow","#, 1);
+        let err = Policy::from_json(text.as_bytes(), "dup.json").unwrap_err();
+        assert!(matches!(err, PolicyError::Malformed { .. }));
+        assert!(err.to_string().contains("duplicate key `name`"), "{err}");
+        let text =
+            base()
+                .to_string()
+                .replacen(r#""max_batch":8"#, r#""max_batch":8,"max_batch":9"#, 1);
+        let err = Policy::from_json(text.as_bytes(), "dup.json").unwrap_err();
+        assert!(
+            err.to_string().contains("duplicate key `max_batch`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rejects_zero_limits_empty_outputs_bad_schema_and_bad_names() {
+        let mut v = base();
+        v["limits"]["max_inputs"] = json!(0);
+        assert!(matches!(
+            parse(&v),
+            Err(PolicyError::ZeroLimit {
+                field: "max_inputs",
+                ..
+            })
+        ));
+        let mut v = base();
+        v["outputs"] = json!([]);
+        assert!(matches!(parse(&v), Err(PolicyError::NoOutputs { .. })));
+        let mut v = base();
+        v["schema"] = json!("runner-policy/2");
+        assert!(matches!(parse(&v), Err(PolicyError::Schema { .. })));
+        for name in ["", "  ", "bad\u{1b}[2Jname"] {
+            let mut v = base();
+            v["name"] = json!(name);
+            assert!(
+                matches!(parse(&v), Err(PolicyError::BadName { .. })),
+                "{name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn allow_and_deny_matching() {
+        let p = parse(&base()).unwrap();
+        assert!(p.allows("linear"));
+        assert!(p.allows("nn.gelu"));
+        assert!(p.allows("nn.sub.gelu"));
+        assert!(
+            !p.allows("nn"),
+            "a prefix glob needs a segment after the prefix"
+        );
+        assert!(!p.allows("nn.exec"), "disallow beats allow");
+        assert!(!p.allows("nnx.gelu"));
+        assert!(!p.allows("linear2"));
+        assert!(!p.allows("mul"), "default deny");
     }
 }

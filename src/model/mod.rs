@@ -1,0 +1,3 @@
+//! Model checkpoints: identifying a checkpoint directory by one digest that certificates bind.
+
+pub mod digest;

@@ -1,0 +1,339 @@
+//! The operator's trust configuration (`trust.toml`): whose signatures count, how many are
+//! needed, and which certificates are revoked.
+//!
+//! ```toml
+//! required_signatures = 2
+//! owners = ["keys/owner-a.key.pub", "keys/owner-b.key.pub"]   # relative to this file
+//! revoked = ["<certificate digest, 64 hex>"]                   # optional
+//! ```
+//!
+//! Unknown keys are refused. Owners are counted by key id, so listing the same key twice (under
+//! two paths) does not raise the number of distinct owners; `required_signatures` must be at
+//! least 1 and at most that number.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::digest::Digest;
+use super::keys::{KeyError, KeyId, PublicKey};
+use crate::error::{Diagnose, Exit};
+
+/// Default location of the trust configuration.
+pub const DEFAULT_TRUST_FILE: &str = "trust.toml";
+
+/// The validated trust configuration.
+#[derive(Debug, Clone)]
+pub struct TrustConfig {
+    required: usize,
+    owners: BTreeMap<KeyId, PublicKey>,
+    revoked: BTreeSet<Digest>,
+}
+
+/// Why the trust configuration was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read trust configuration {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Not TOML, or an unknown, missing or mistyped key.
+    #[error("trust configuration {} is malformed: {detail}", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The TOML parser's message (with line and column).
+        detail: String,
+    },
+    /// An owner's public key file could not be loaded.
+    #[error("trust configuration {}: field `owners`: {source}", path.display())]
+    Owner {
+        /// The trust file.
+        path: PathBuf,
+        /// Why the key was refused.
+        source: KeyError,
+    },
+    /// `required_signatures` is 0 or more than the distinct owners.
+    #[error("trust configuration {}: field `required_signatures` is {required}, but it must be between 1 and the number of distinct owners ({distinct})", path.display())]
+    Threshold {
+        /// The file.
+        path: PathBuf,
+        /// The value given.
+        required: u64,
+        /// Distinct owner keys.
+        distinct: usize,
+    },
+    /// A `revoked` entry is not a certificate digest.
+    #[error("trust configuration {}: field `revoked` has {entry:?}, which is not a certificate digest (64 lowercase hex digits)", path.display())]
+    Revoked {
+        /// The file.
+        path: PathBuf,
+        /// The entry.
+        entry: String,
+    },
+}
+
+impl Diagnose for ConfigError {
+    fn exit(&self) -> Exit {
+        Exit::BadInput
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            ConfigError::Read { .. } => "create trust.toml (see examples/trust.toml) or pass \
+                --trust FILE"
+                .into(),
+            ConfigError::Malformed { .. } => "trust.toml has exactly the keys \
+                required_signatures, owners and (optionally) revoked; see examples/trust.toml"
+                .into(),
+            ConfigError::Owner { .. } => "owner paths are relative to the trust file's directory \
+                and name KEY.pub files written by `runner keygen`"
+                .into(),
+            ConfigError::Threshold { .. } => {
+                "list more distinct owner keys, or lower required_signatures".into()
+            }
+            ConfigError::Revoked { .. } => "copy the certificate digest printed by \
+                `runner inspect cert.json`"
+                .into(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrustFile {
+    required_signatures: u64,
+    owners: Vec<PathBuf>,
+    #[serde(default)]
+    revoked: Vec<String>,
+}
+
+impl TrustConfig {
+    /// Build a configuration from keys directly. `origin` names it in errors.
+    pub fn new(
+        owners: Vec<PublicKey>,
+        required_signatures: u64,
+        revoked: Vec<Digest>,
+        origin: &Path,
+    ) -> Result<TrustConfig, ConfigError> {
+        let owners: BTreeMap<KeyId, PublicKey> =
+            owners.into_iter().map(|k| (k.key_id(), k)).collect();
+        let required = usize::try_from(required_signatures).unwrap_or(usize::MAX);
+        if required == 0 || required > owners.len() {
+            return Err(ConfigError::Threshold {
+                path: origin.to_owned(),
+                required: required_signatures,
+                distinct: owners.len(),
+            });
+        }
+        Ok(TrustConfig {
+            required,
+            owners,
+            revoked: revoked.into_iter().collect(),
+        })
+    }
+
+    /// Read and validate a trust file; owner paths are relative to its directory.
+    pub fn load(path: &Path) -> Result<TrustConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: TrustFile = toml::from_str(&text).map_err(|e| ConfigError::Malformed {
+            path: path.to_owned(),
+            detail: e.to_string().trim_end().to_owned(),
+        })?;
+        let base = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut owners = Vec::with_capacity(file.owners.len());
+        for owner in &file.owners {
+            let key = PublicKey::load(&base.join(owner)).map_err(|source| ConfigError::Owner {
+                path: path.to_owned(),
+                source,
+            })?;
+            owners.push(key);
+        }
+        let mut revoked = Vec::with_capacity(file.revoked.len());
+        for entry in file.revoked {
+            match Digest::from_hex(&entry) {
+                Some(d) => revoked.push(d),
+                None => {
+                    return Err(ConfigError::Revoked {
+                        path: path.to_owned(),
+                        entry,
+                    })
+                }
+            }
+        }
+        TrustConfig::new(owners, file.required_signatures, revoked, path)
+    }
+
+    /// How many distinct owners must sign.
+    pub fn required_signatures(&self) -> usize {
+        self.required
+    }
+
+    /// The owner key with this id, if it is trusted.
+    pub fn owner(&self, key_id: &KeyId) -> Option<&PublicKey> {
+        self.owners.get(key_id)
+    }
+
+    /// Distinct owner key ids.
+    pub fn owner_ids(&self) -> impl Iterator<Item = &KeyId> {
+        self.owners.keys()
+    }
+
+    /// Whether a certificate digest is revoked.
+    pub fn is_revoked(&self, digest: &Digest) -> bool {
+        self.revoked.contains(digest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trust::keys::SecretKey;
+    use std::fs;
+
+    fn setup(n: usize) -> (tempfile::TempDir, Vec<PublicKey>) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("keys")).unwrap();
+        let keys: Vec<PublicKey> = (0..n)
+            .map(|i| {
+                let k = SecretKey::generate().unwrap().public_key();
+                fs::write(
+                    dir.path().join(format!("keys/o{i}.key.pub")),
+                    k.to_file_bytes(),
+                )
+                .unwrap();
+                k
+            })
+            .collect();
+        (dir, keys)
+    }
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("trust.toml");
+        fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn loads_owners_relative_to_the_file() {
+        let (dir, keys) = setup(2);
+        let revoked = Digest::of(b"old").to_hex();
+        let p = write(
+            dir.path(),
+            &format!("required_signatures = 2\nowners = [\"keys/o0.key.pub\", \"keys/o1.key.pub\"]\nrevoked = [\"{revoked}\"]\n"),
+        );
+        let cfg = TrustConfig::load(&p).unwrap();
+        assert_eq!(cfg.required_signatures(), 2);
+        assert!(cfg.owner(&keys[0].key_id()).is_some());
+        assert!(cfg.owner(&keys[1].key_id()).is_some());
+        assert!(cfg.is_revoked(&Digest::of(b"old")));
+        assert!(!cfg.is_revoked(&Digest::of(b"new")));
+    }
+
+    #[test]
+    fn rejects_unknown_keys() {
+        let (dir, _) = setup(1);
+        let p = write(
+            dir.path(),
+            "required_signatures = 1\nowners = [\"keys/o0.key.pub\"]\nthreshold = 1\n",
+        );
+        let err = TrustConfig::load(&p).unwrap_err();
+        assert!(matches!(err, ConfigError::Malformed { .. }));
+        assert!(
+            err.to_string().contains("unknown field `threshold`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rejects_zero_threshold() {
+        let (dir, _) = setup(1);
+        let p = write(
+            dir.path(),
+            "required_signatures = 0\nowners = [\"keys/o0.key.pub\"]\n",
+        );
+        assert!(matches!(
+            TrustConfig::load(&p),
+            Err(ConfigError::Threshold {
+                required: 0,
+                distinct: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rejects_threshold_above_distinct_owners() {
+        let (dir, _) = setup(1);
+        // The same key under two paths is one owner.
+        fs::copy(
+            dir.path().join("keys/o0.key.pub"),
+            dir.path().join("keys/copy.pub"),
+        )
+        .unwrap();
+        let p = write(
+            dir.path(),
+            "required_signatures = 2\nowners = [\"keys/o0.key.pub\", \"keys/copy.pub\"]\n",
+        );
+        let err = TrustConfig::load(&p).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Threshold {
+                    required: 2,
+                    distinct: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("required_signatures"), "{err}");
+    }
+
+    #[test]
+    fn rejects_bad_revoked_entry_and_missing_owner_file() {
+        let (dir, _) = setup(1);
+        let p = write(
+            dir.path(),
+            "required_signatures = 1\nowners = [\"keys/o0.key.pub\"]\nrevoked = [\"abc\"]\n",
+        );
+        assert!(
+            matches!(TrustConfig::load(&p), Err(ConfigError::Revoked { entry, .. }) if entry == "abc")
+        );
+        let p = write(
+            dir.path(),
+            "required_signatures = 1\nowners = [\"keys/none.pub\"]\n",
+        );
+        let err = TrustConfig::load(&p).unwrap_err();
+        assert!(matches!(err, ConfigError::Owner { .. }));
+        assert!(err.to_string().contains("none.pub"), "{err}");
+    }
+
+    #[test]
+    fn rejects_missing_file_and_duplicate_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            TrustConfig::load(&dir.path().join("trust.toml")),
+            Err(ConfigError::Read { .. })
+        ));
+        let p = write(
+            dir.path(),
+            "required_signatures = 1\nrequired_signatures = 2\nowners = []\n",
+        );
+        assert!(matches!(
+            TrustConfig::load(&p),
+            Err(ConfigError::Malformed { .. })
+        ));
+    }
+}
