@@ -1,22 +1,344 @@
-//! Certificate subcommands. PLACEHOLDER: replaced by the trust-core work.
-use super::CliResult;
-#[derive(Debug, clap::Args)]
-pub struct ApproveArgs {}
-#[derive(Debug, clap::Args)]
-pub struct CosignArgs {}
-#[derive(Debug, clap::Args)]
-pub struct InspectArgs {}
-#[derive(Debug, clap::Args)]
-pub struct VerifyCertArgs {}
-pub fn approve(_: ApproveArgs) -> CliResult {
-    super::print("not yet\n")
+//! Certificate subcommands: `approve` (sign a new certificate), `cosign` (add a signature),
+//! `inspect` (show what a certificate binds) and `verify-cert` (check it against trust.toml).
+
+use std::path::{Path, PathBuf};
+
+use time::OffsetDateTime;
+
+use super::{print, CliResult};
+use crate::atomic::{write_atomic, Overwrite, WriteError};
+use crate::error::{Diagnose, Exit};
+use crate::model::digest::model_digest;
+use crate::trust::certificate::{
+    build_payload, check_note, read_certificate_file, resolve_window, CertError, Certificate,
+    CertificatePayload, EngineFacts, Terms,
+};
+use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
+use crate::trust::keys::SecretKey;
+use crate::trust::policy::Policy;
+use crate::trust::time::Timestamp;
+use crate::trust::verify::{verify_certificate, VerifiedCertificate};
+
+fn parse_time(text: &str) -> Result<Timestamp, String> {
+    Timestamp::parse_user(text).map_err(|e| e.to_string())
 }
-pub fn cosign(_: CosignArgs) -> CliResult {
-    super::print("not yet\n")
+
+/// Flags of `runner approve`.
+#[derive(Debug, clap::Args)]
+pub struct ApproveArgs {
+    /// The engine source file approved (its exact bytes are hashed).
+    #[arg(long, value_name = "FILE")]
+    engine: PathBuf,
+    /// The policy JSON approved.
+    #[arg(long, value_name = "FILE")]
+    policy: PathBuf,
+    /// The model checkpoint directory approved (config.json, *.safetensors, tokenizer files).
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Your private key (from `runner keygen`).
+    #[arg(long, value_name = "FILE")]
+    key: PathBuf,
+    /// Where to write the certificate.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// End of validity, RFC 3339 (default: 90 days after now).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+    expires: Option<Timestamp>,
+    /// Start of validity, RFC 3339 (default: now).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+    valid_from: Option<Timestamp>,
+    /// The certificate this one replaces (its digest is bound; revoke it in trust.toml).
+    #[arg(long, value_name = "FILE")]
+    supersedes: Option<PathBuf>,
+    /// One line of text for the other owners.
+    #[arg(long, value_name = "TEXT")]
+    note: Option<String>,
+    /// Replace an existing --out file.
+    #[arg(long)]
+    force: bool,
 }
-pub fn inspect(_: InspectArgs) -> CliResult {
-    super::print("not yet\n")
+
+/// Flags of `runner cosign`.
+#[derive(Debug, clap::Args)]
+pub struct CosignArgs {
+    /// The certificate to add a signature to.
+    #[arg(value_name = "CERT")]
+    cert: PathBuf,
+    /// Your private key (from `runner keygen`).
+    #[arg(long, value_name = "FILE")]
+    key: PathBuf,
+    /// Write the co-signed certificate here instead of rewriting CERT in place.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Replace an existing --out file.
+    #[arg(long)]
+    force: bool,
 }
-pub fn verify_cert(_: VerifyCertArgs) -> CliResult {
-    super::print("not yet\n")
+
+/// Flags of `runner inspect`.
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// The certificate to show.
+    #[arg(value_name = "CERT")]
+    cert: PathBuf,
+    /// Print the payload and envelope facts as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `runner verify-cert`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyCertArgs {
+    /// The certificate to verify.
+    #[arg(value_name = "CERT")]
+    cert: PathBuf,
+    /// Trust configuration: owners' public keys, required signatures, revoked certificates.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TRUST_FILE)]
+    trust: PathBuf,
+}
+
+/// A certificate error, prefixed with the file it concerns.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+struct InFile {
+    path: PathBuf,
+    source: CertError,
+}
+
+impl Diagnose for InFile {
+    fn exit(&self) -> Exit {
+        self.source.exit()
+    }
+    fn hint(&self) -> Option<String> {
+        self.source.hint()
+    }
+}
+
+fn in_file(path: &Path) -> impl Fn(CertError) -> InFile + '_ {
+    move |source| InFile {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn load_certificate(path: &Path) -> Result<Certificate, super::CliError> {
+    let bytes = read_certificate_file(path)?;
+    Ok(Certificate::parse(&bytes).map_err(in_file(path))?)
+}
+
+fn overwrite(force: bool) -> Overwrite {
+    if force {
+        Overwrite::Replace
+    } else {
+        Overwrite::Refuse
+    }
+}
+
+fn refuse_existing(path: &Path, force: bool) -> Result<(), WriteError> {
+    if !force && std::fs::symlink_metadata(path).is_ok() {
+        return Err(WriteError::Exists {
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Hash the engine and model, build the payload, sign it, write the certificate.
+pub fn approve(args: ApproveArgs) -> CliResult {
+    // Cheap refusals first, so a mistake does not cost a pass over gigabytes of weights.
+    refuse_existing(&args.out, args.force)?;
+    let key = SecretKey::load(&args.key)?;
+    let policy = Policy::load(&args.policy)?;
+    let engine = EngineFacts::from_source(&args.engine)?;
+    let supersedes = match &args.supersedes {
+        Some(path) => Some(load_certificate(path)?.digest()),
+        None => None,
+    };
+    // Check the window and note now: hashing the model may take a while.
+    let issued_at = Timestamp::now();
+    resolve_window(issued_at, args.valid_from, args.expires)?;
+    if let Some(note) = &args.note {
+        check_note(note)?;
+    }
+    let model = model_digest(&args.model)?;
+    let payload = build_payload(
+        engine,
+        Terms {
+            policy,
+            model_digest: model.digest,
+            issued_at,
+            valid_from: args.valid_from,
+            expires_at: args.expires,
+            supersedes,
+            note: args.note,
+        },
+    )?;
+    let cert = Certificate::sign_new(payload, &key)?;
+    write_atomic(&args.out, &cert.to_bytes(), 0o644, overwrite(args.force))?;
+    let p = cert.payload();
+    if OffsetDateTime::now_utc() >= p.expires_at.datetime() {
+        eprintln!("warning: this certificate expired at {}", p.expires_at);
+    }
+    print(&format!(
+        "wrote {}: certificate {} signed by key {}\n\
+         engine {} (source {}), policy {} (policy_id {}), model {} ({} files)\n\
+         valid from {} until {}\n",
+        args.out.display(),
+        cert.digest().short(),
+        key.key_id().short(),
+        p.engine.name,
+        p.engine.source_digest.short(),
+        p.policy.name,
+        p.policy_id.short(),
+        p.model_digest.short(),
+        model.files.len(),
+        p.valid_from,
+        p.expires_at,
+    ))
+}
+
+/// Add a signature over the same payload bytes.
+pub fn cosign(args: CosignArgs) -> CliResult {
+    let (out, mode) = match &args.out {
+        Some(out) => {
+            refuse_existing(out, args.force)?;
+            (out.clone(), overwrite(args.force))
+        }
+        None => (args.cert.clone(), Overwrite::Replace),
+    };
+    let mut cert = load_certificate(&args.cert)?;
+    let key = SecretKey::load(&args.key)?;
+    cert.cosign(&key).map_err(in_file(&args.cert))?;
+    write_atomic(&out, &cert.to_bytes(), 0o644, mode)?;
+    let ids: Vec<String> = cert.signer_ids().iter().map(|k| k.short()).collect();
+    print(&format!(
+        "wrote {}: certificate {} now has {} signatures ({})\n",
+        out.display(),
+        cert.digest().short(),
+        ids.len(),
+        ids.join(", "),
+    ))
+}
+
+fn window_state(p: &CertificatePayload, now: OffsetDateTime) -> &'static str {
+    if now < p.valid_from.datetime() {
+        "not yet valid"
+    } else if now >= p.expires_at.datetime() {
+        "expired"
+    } else {
+        "currently within its validity window"
+    }
+}
+
+/// Show what a certificate binds and who signed it (signatures are not checked).
+pub fn inspect(args: InspectArgs) -> CliResult {
+    let cert = load_certificate(&args.cert)?;
+    let p = cert.payload();
+    let now = OffsetDateTime::now_utc();
+    let state = window_state(p, now);
+    if args.json {
+        let doc = serde_json::json!({
+            "certificate_digest": cert.digest().to_hex(),
+            "payloadType": cert.envelope().payload_type,
+            "signatures": cert.signer_ids().iter().map(|k| serde_json::json!({"keyid": k.to_hex()})).collect::<Vec<_>>(),
+            "signatures_checked": false,
+            "currently_valid": state == "currently within its validity window",
+            "payload": p,
+        });
+        return print(&format!("{doc:#}\n"));
+    }
+    let mut out = String::new();
+    out.push_str(&format!("certificate   {}\n", cert.digest().to_hex()));
+    out.push_str(&format!(
+        "signatures    {} (not checked here; run `runner verify-cert`)\n",
+        cert.signer_ids().len()
+    ));
+    for id in cert.signer_ids() {
+        out.push_str(&format!("  key         {}\n", id.to_hex()));
+    }
+    out.push_str(&format!("engine        {}\n", p.engine.name));
+    out.push_str(&format!(
+        "  source      {}\n",
+        p.engine.source_digest.to_hex()
+    ));
+    match &p.engine.restrict {
+        None => out.push_str("  restrict    no report bound\n"),
+        Some(r) => out.push_str(&format!(
+            "  restrict    {} private ranges, {} calls checked, built-ins: {}\n",
+            r.private_ranges.len(),
+            r.calls_checked,
+            r.builtins_used
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+    out.push_str(&format!("policy        {}\n", p.policy.name));
+    out.push_str(&format!(
+        "  policy_id   {} ({})\n",
+        p.policy_id.short(),
+        p.policy_id.to_hex()
+    ));
+    out.push_str(&format!("  digest      {}\n", p.policy_digest.to_hex()));
+    out.push_str(&format!("model         {}\n", p.model_digest.to_hex()));
+    out.push_str(&format!("verifier      {}\n", p.verifier_version));
+    out.push_str(&format!("issued        {}\n", p.issued_at));
+    out.push_str(&format!(
+        "valid         from {} until {} ({state})\n",
+        p.valid_from, p.expires_at
+    ));
+    match &p.supersedes {
+        None => out.push_str("supersedes    none\n"),
+        Some(d) => out.push_str(&format!("supersedes    {}\n", d.to_hex())),
+    }
+    match &p.note {
+        None => out.push_str("note          none\n"),
+        Some(n) => out.push_str(&format!("note          {n}\n")),
+    }
+    print(&out)
+}
+
+fn summary(v: &VerifiedCertificate, required: usize) -> String {
+    let p = v.payload();
+    let signers: Vec<String> = v.signers().iter().map(|k| k.short()).collect();
+    let mut out = format!(
+        "certificate {} verified\n\
+         signed by   {} owners ({} required): {}\n",
+        v.digest().short(),
+        signers.len(),
+        required,
+        signers.join(", "),
+    );
+    for k in v.untrusted_signers() {
+        out.push_str(&format!(
+            "ignored     signature by key {}, which is not an owner in the trust configuration\n",
+            k.to_hex()
+        ));
+    }
+    out.push_str(&format!(
+        "engine      {} (source {})\n\
+         policy      {} (policy_id {})\n\
+         model       {}\n\
+         verifier    {}\n\
+         valid       from {} until {}\n",
+        p.engine.name,
+        p.engine.source_digest.short(),
+        p.policy.name,
+        p.policy_id.short(),
+        p.model_digest.short(),
+        p.verifier_version,
+        p.valid_from,
+        p.expires_at,
+    ));
+    out
+}
+
+/// Verify a certificate against the trust configuration, now.
+pub fn verify_cert(args: VerifyCertArgs) -> CliResult {
+    let trust = TrustConfig::load(&args.trust)?;
+    let bytes = read_certificate_file(&args.cert)?;
+    let verified = verify_certificate(&bytes, &trust, OffsetDateTime::now_utc())
+        .map_err(in_file(&args.cert))?;
+    print(&summary(&verified, trust.required_signatures()))
 }

@@ -208,7 +208,7 @@ pub enum CertError {
         key_id: KeyId,
     },
     /// Fewer distinct trusted owners signed than the trust configuration requires.
-    #[error("{valid} of the {required} required owner signatures are present{}", untrusted_note(.untrusted))]
+    #[error("not enough owner signatures: {valid} valid, {required} required by the trust configuration{}", untrusted_note(.untrusted))]
     ThresholdNotMet {
         /// Distinct trusted keys with a valid signature.
         valid: usize,
@@ -362,7 +362,9 @@ fn check_engine_name(name: &str) -> Result<(), &'static str> {
     }
 }
 
-fn check_note(note: &str) -> Result<(), CertError> {
+/// Check a note: at most [`MAX_NOTE_LEN`] bytes, no control characters (it is printed to
+/// terminals by `inspect`).
+pub fn check_note(note: &str) -> Result<(), CertError> {
     if note.len() > MAX_NOTE_LEN {
         return Err(CertError::BadNote("is longer than 4096 bytes"));
     }
@@ -374,13 +376,18 @@ fn check_note(note: &str) -> Result<(), CertError> {
     Ok(())
 }
 
-/// Build the payload owners sign: the one place its contents are decided.
-pub fn build_payload(engine: EngineFacts, terms: Terms) -> Result<CertificatePayload, CertError> {
-    let valid_from = terms.valid_from.unwrap_or(terms.issued_at);
-    let expires_at = match terms.expires_at {
+/// The validity window `(valid_from, expires_at)` after defaults: `valid_from` defaults to
+/// `issued_at`, `expires_at` to `issued_at` + [`DEFAULT_VALIDITY_DAYS`]. Refused unless
+/// `expires_at` is after `valid_from`.
+pub fn resolve_window(
+    issued_at: Timestamp,
+    valid_from: Option<Timestamp>,
+    expires_at: Option<Timestamp>,
+) -> Result<(Timestamp, Timestamp), CertError> {
+    let valid_from = valid_from.unwrap_or(issued_at);
+    let expires_at = match expires_at {
         Some(t) => t,
-        None => terms
-            .issued_at
+        None => issued_at
             .plus_days(DEFAULT_VALIDITY_DAYS)
             .ok_or(TimeError::OutOfRange)?,
     };
@@ -390,9 +397,16 @@ pub fn build_payload(engine: EngineFacts, terms: Terms) -> Result<CertificatePay
             expires_at,
         });
     }
-    for t in [terms.issued_at, valid_from, expires_at] {
+    for t in [issued_at, valid_from, expires_at] {
         t.to_rfc3339()?;
     }
+    Ok((valid_from, expires_at))
+}
+
+/// Build the payload owners sign: the one place its contents are decided.
+pub fn build_payload(engine: EngineFacts, terms: Terms) -> Result<CertificatePayload, CertError> {
+    let (valid_from, expires_at) =
+        resolve_window(terms.issued_at, terms.valid_from, terms.expires_at)?;
     if let Some(note) = &terms.note {
         check_note(note)?;
     }
