@@ -782,7 +782,7 @@ fn rejects_revoked_certificate_digest() {
         .unwrap()
         .digest()
         .to_hex();
-    env.trust(2, &["a", "b"], &[digest.clone()]);
+    env.trust(2, &["a", "b"], std::slice::from_ref(&digest));
     let stderr = env.fails(
         &["verify-cert", "cert.json"],
         3,
