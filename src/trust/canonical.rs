@@ -19,6 +19,9 @@ pub enum CanonicalError {
     /// Integers beyond 2^53 would change value when read as doubles by another implementation.
     #[error("integer {0} is outside the range a JSON double holds exactly (|n| <= 2^53)")]
     UnsafeInteger(String),
+    /// The value has no JSON form at all (for example a map with non-string keys).
+    #[error("value has no JSON form: {0}")]
+    NotJson(String),
 }
 
 /// Serialise `value` as RFC 8785 canonical JSON bytes.
@@ -30,8 +33,7 @@ pub fn to_canonical(value: &Value) -> Result<Vec<u8>, CanonicalError> {
 
 /// Serialise any `Serialize` value canonically (via `serde_json::Value`).
 pub fn to_canonical_from<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, CanonicalError> {
-    let v =
-        serde_json::to_value(value).map_err(|e| CanonicalError::NonFiniteNumber(e.to_string()))?;
+    let v = serde_json::to_value(value).map_err(|e| CanonicalError::NotJson(e.to_string()))?;
     to_canonical(&v)
 }
 
@@ -108,9 +110,9 @@ fn write_double(out: &mut String, f: f64) -> Result<(), CanonicalError> {
     // Rust's `{:e}` prints the shortest digits that round-trip, as ECMAScript requires.
     let sci = format!("{:e}", f.abs());
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let k = digits.len() as i32;
     let e: i32 = exp.parse().unwrap_or(0);
+    let digits = ties_to_even(f.abs(), mantissa.chars().filter(|c| *c != '.').collect(), e);
+    let k = digits.len() as i32;
     let n = e + 1; // position of the decimal point relative to the digit string
     if k <= n && n <= 21 {
         out.push_str(&digits);
@@ -134,6 +136,50 @@ fn write_double(out: &mut String, f: f64) -> Result<(), CanonicalError> {
         let _ = write!(out, "{}", (n - 1).abs());
     }
     Ok(())
+}
+
+/// ECMAScript (Number::toString, step 5) picks, among equally close shortest digit strings, the
+/// one with an even last digit; Rust's shortest formatting rounds such a tie up. A tie happens
+/// when the double's exact decimal expansion has exactly one more significant digit than the
+/// shortest form and that digit is 5 (e.g. 1424953923781206.25, RFC 8785 Appendix B). Then the
+/// other candidate differs by one in the last digit; use it if it is even and round-trips.
+fn ties_to_even(f: f64, digits: String, e: i32) -> String {
+    let k = digits.len();
+    match digits.bytes().last() {
+        Some(d) if (d - b'0') % 2 == 1 => {}
+        _ => return digits,
+    }
+    // Precision 800 covers the longest exact expansion of a double (767 significant digits).
+    let exact = format!("{f:.800e}");
+    let Some((mantissa, exact_exp)) = exact.split_once('e') else {
+        return digits;
+    };
+    if exact_exp.parse::<i32>().ok() != Some(e) {
+        return digits;
+    }
+    let all: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let significant = all.trim_end_matches('0');
+    if significant.len() != k + 1 || !significant.ends_with('5') {
+        return digits;
+    }
+    let down = &significant[..k];
+    let other = if digits == down {
+        // Rust rounded down to an odd digit; the tie partner is one up (no carry: odd < 9 or
+        // a carry would have produced a shorter form Rust would have found).
+        let mut bytes = down.as_bytes().to_vec();
+        match bytes.last_mut() {
+            Some(d) if *d < b'9' => *d += 1,
+            _ => return digits,
+        }
+        String::from_utf8(bytes).unwrap_or_default()
+    } else {
+        down.to_owned()
+    };
+    let (first, rest) = other.split_at(1.min(other.len()));
+    match format!("{first}.{rest}e{e}").parse::<f64>() {
+        Ok(back) if back == f => other,
+        _ => digits,
+    }
 }
 
 fn push_zeros(out: &mut String, count: usize) {
@@ -303,6 +349,89 @@ mod tests {
                 expected,
                 "{input}"
             );
+        }
+    }
+
+    #[test]
+    fn rfc8785_section_3_2_3_sorting_exact_output() {
+        let input = r#"{"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\ud83d\ude00":"Emoji: Grinning Face","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis"}"#;
+        let expected = "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u{80}\":\"Control\",\"\u{f6}\":\"Latin Small Letter O With Diaeresis\",\"\u{20ac}\":\"Euro Sign\",\"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}";
+        assert_eq!(canon(input), expected);
+    }
+
+    #[test]
+    fn rfc8785_appendix_b_number_samples() {
+        // IEEE 754 bit patterns and their canonical text, RFC 8785 Appendix B.
+        for (bits, expected) in [
+            (0x0000000000000000u64, "0"),
+            (0x8000000000000000, "0"),
+            (0x0000000000000001, "5e-324"),
+            (0x8000000000000001, "-5e-324"),
+            (0x7fefffffffffffff, "1.7976931348623157e+308"),
+            (0xffefffffffffffff, "-1.7976931348623157e+308"),
+            (0x4340000000000000, "9007199254740992"),
+            (0xc340000000000000, "-9007199254740992"),
+            (0x4430000000000000, "295147905179352830000"),
+            (0x44b52d02c7e14af5, "9.999999999999997e+22"),
+            (0x44b52d02c7e14af6, "1e+23"),
+            (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+            (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+            (0x444b1ae4d6e2ef4f, "999999999999999900000"),
+            (0x444b1ae4d6e2ef50, "1e+21"),
+            (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"),
+            (0x3eb0c6f7a0b5ed8d, "0.000001"),
+            (0x41b3de4355555553, "333333333.3333332"),
+            (0x41b3de4355555554, "333333333.33333325"),
+            (0x41b3de4355555555, "333333333.3333333"),
+            (0x41b3de4355555556, "333333333.3333334"),
+            (0x41b3de4355555557, "333333333.33333343"),
+            (0xbecbf647612f3696, "-0.0000033333333333333333"),
+            (0x43143ff3c1cb0959, "1424953923781206.2"),
+        ] {
+            let mut out = String::new();
+            write_double(&mut out, f64::from_bits(bits)).unwrap();
+            assert_eq!(out, expected, "{bits:#018x}");
+        }
+        for bits in [0x7fffffffffffffffu64, 0x7ff0000000000000] {
+            let mut out = String::new();
+            assert!(matches!(
+                write_double(&mut out, f64::from_bits(bits)),
+                Err(CanonicalError::NonFiniteNumber(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn parsing_then_writing_is_exact_for_shortest_doubles() {
+        // The parser must round to the nearest double (serde_json's `float_roundtrip`), or the
+        // canonical text of a value read from a file would differ from the writer's.
+        for text in [
+            "333333333.3333333",
+            "1.0000000000000001e+23",
+            "5e-324",
+            "0.1",
+            "1424953923781206.2",
+        ] {
+            assert_eq!(canon(text), text);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_finite_double_round_trips_through_its_canonical_text(bits in proptest::prelude::any::<u64>()) {
+            let f = f64::from_bits(bits);
+            proptest::prop_assume!(f.is_finite());
+            let mut out = String::new();
+            write_double(&mut out, f).unwrap();
+            let back: f64 = out.parse().unwrap();
+            proptest::prop_assert!(back == f, "{} -> {} -> {}", f, out, back);
+            // No form with fewer significant digits exists (Rust's shortest is never longer).
+            let sig = |s: &str| {
+                let m = s.split(['e', 'E']).next().unwrap_or("");
+                m.chars().filter(char::is_ascii_digit).collect::<String>().trim_matches('0').len()
+            };
+            let shortest = format!("{:e}", f.abs());
+            proptest::prop_assert!(sig(&out) <= sig(&shortest), "{} vs {}", out, shortest);
         }
     }
 
