@@ -89,7 +89,16 @@ pub fn write_atomic(
                     path: path.to_owned(),
                 })
             }
-            Err(e) => return Err(io_err(e)),
+            // Filesystems without hard links: check, then rename (a narrow race, but the
+            // common case keeps working).
+            Err(_) if fs::symlink_metadata(path).is_err() => {
+                fs::rename(&tmp.0, path).map_err(io_err)?
+            }
+            Err(_) => {
+                return Err(WriteError::Exists {
+                    path: path.to_owned(),
+                })
+            }
         },
     }
     drop(tmp);

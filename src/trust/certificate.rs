@@ -461,10 +461,33 @@ impl CertificatePayload {
         Ok(payload)
     }
 
-    /// Invariants serde cannot express.
+    /// Invariants serde cannot express. Strings that `inspect` and `verify-cert` print are kept
+    /// free of control characters, so a certificate cannot rewrite the owner's terminal.
     fn check(&self) -> Result<(), CertError> {
         check_engine_name(&self.engine.name)
             .map_err(|why| CertError::Payload(format!("field `engine.name` {why}")))?;
+        check_engine_name(&self.verifier_version)
+            .map_err(|why| CertError::Payload(format!("field `verifier_version` {why}")))?;
+        if let Some(report) = &self.engine.restrict {
+            if report
+                .private_ranges
+                .iter()
+                .any(|r| r.start == 0 || r.end < r.start)
+            {
+                return Err(CertError::Payload(
+                    "field `engine.restrict.private_ranges` has a range that is not 1-based \
+                     with start <= end"
+                        .into(),
+                ));
+            }
+            for name in &report.builtins_used {
+                check_engine_name(name).map_err(|why| {
+                    CertError::Payload(format!(
+                        "field `engine.restrict.builtins_used` has an entry that {why}"
+                    ))
+                })?;
+            }
+        }
         self.policy
             .validate("in the certificate payload")
             .map_err(|e| CertError::Payload(e.to_string()))?;
