@@ -598,32 +598,24 @@ mod tests {
     fn rejects_control_characters_and_bad_ranges_in_signed_payload() {
         let f = fixture(1);
         let base: serde_json::Value = serde_json::from_str(&f.payload_text()).unwrap();
-        let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
-            (
-                "engine.name",
-                Box::new(|v| v["engine"]["name"] = "x\u{1b}[2J".into()),
-            ),
-            ("note", Box::new(|v| v["note"] = "a\nb".into())),
-            (
-                "engine.restrict.private_ranges",
-                Box::new(|v| {
-                    v["engine"]["restrict"] = serde_json::json!({
-                        "private_ranges": [{"start": 5, "end": 2}],
-                        "calls_checked": 1,
-                        "builtins_used": ["linear"],
-                    })
-                }),
-            ),
-            (
-                "engine.restrict.builtins_used",
-                Box::new(|v| {
-                    v["engine"]["restrict"] = serde_json::json!({
-                        "private_ranges": [],
-                        "calls_checked": 1,
-                        "builtins_used": ["\u{7}"],
-                    })
-                }),
-            ),
+        type Edit = fn(&mut serde_json::Value);
+        let cases: [(&str, Edit); 4] = [
+            ("engine.name", |v| v["engine"]["name"] = "x\u{1b}[2J".into()),
+            ("note", |v| v["note"] = "a\nb".into()),
+            ("engine.restrict.private_ranges", |v| {
+                v["engine"]["restrict"] = serde_json::json!({
+                    "private_ranges": [{"start": 5, "end": 2}],
+                    "calls_checked": 1,
+                    "builtins_used": ["linear"],
+                })
+            }),
+            ("engine.restrict.builtins_used", |v| {
+                v["engine"]["restrict"] = serde_json::json!({
+                    "private_ranges": [],
+                    "calls_checked": 1,
+                    "builtins_used": ["\u{7}"],
+                })
+            }),
         ];
         for (field, edit) in cases {
             let mut v = base.clone();
