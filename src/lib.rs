@@ -15,5 +15,6 @@ pub mod cli;
 pub mod error;
 #[allow(unsafe_code)] // SIMD kernels; every block carries a SAFETY comment.
 pub mod kernels;
+pub mod model;
 pub mod restrict;
 pub mod trust;

@@ -1,0 +1,6 @@
+//! Model checkpoints: `config.json` interpretation, memory-mapped safetensors weights, and the
+//! model digest certificates bind.
+
+pub mod config;
+pub mod synthetic;
+pub mod weights;
