@@ -3,4 +3,5 @@
 
 pub mod config;
 pub mod synthetic;
+pub mod tokenizer;
 pub mod weights;
