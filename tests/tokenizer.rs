@@ -14,7 +14,9 @@ fn tokenizer() -> Tokenizer {
 fn encodes_the_reference_sentence_like_hf() {
     let t = tokenizer();
     assert_eq!(t.vocab_size(), 262144);
-    let ids = t.encode_prompt("Hello, my dog is cute", Template::Raw).unwrap();
+    let ids = t
+        .encode_prompt("Hello, my dog is cute", Template::Raw)
+        .unwrap();
     assert_eq!(ids, [2, 9259, 236764, 1041, 4799, 563, 12864]);
     assert_eq!(t.decode(&ids).unwrap(), "Hello, my dog is cute");
 }
@@ -22,7 +24,9 @@ fn encodes_the_reference_sentence_like_hf() {
 #[test]
 fn chat_template_wraps_the_prompt_in_turn_markers() {
     let t = tokenizer();
-    let ids = t.encode_prompt("Hello, my dog is cute", Template::Chat).unwrap();
+    let ids = t
+        .encode_prompt("Hello, my dog is cute", Template::Chat)
+        .unwrap();
     assert_eq!(ids[..2], [2, 105]);
     assert_eq!(ids.iter().filter(|&&i| i == 105).count(), 2);
     assert_eq!(ids.iter().filter(|&&i| i == 106).count(), 1);
@@ -36,13 +40,21 @@ fn chat_template_wraps_the_prompt_in_turn_markers() {
             content: "  Hello, my dog is cute\n".into(),
         }])
         .unwrap();
-    assert_eq!(with_turns, ids, "contents are trimmed, as HF's template does");
+    assert_eq!(
+        with_turns, ids,
+        "contents are trimmed, as HF's template does"
+    );
 }
 
 #[test]
 fn decoding_round_trips_unicode_and_whitespace() {
     let t = tokenizer();
-    for text in ["Grüße aus Köln 🐕", "  two  spaces\tand\ttabs\nnewline", "数学は楽しい", "x = 1e-6;"] {
+    for text in [
+        "Grüße aus Köln 🐕",
+        "  two  spaces\tand\ttabs\nnewline",
+        "数学は楽しい",
+        "x = 1e-6;",
+    ] {
         let ids = t.encode_plain(text).unwrap();
         assert_eq!(t.decode(&ids).unwrap(), text);
     }

@@ -115,7 +115,11 @@ impl Tokenizer {
     }
 
     /// Ids of a prompt under a template.
-    pub fn encode_prompt(&self, prompt: &str, template: Template) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode_prompt(
+        &self,
+        prompt: &str,
+        template: Template,
+    ) -> Result<Vec<u32>, TokenizerError> {
         match template {
             Template::Raw => {
                 let mut ids = vec![BOS];
