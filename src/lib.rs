@@ -17,6 +17,7 @@ pub mod atomic;
 pub mod cli;
 pub mod error;
 #[allow(unsafe_code)] // SIMD kernels; every block carries a SAFETY comment.
+pub mod job;
 pub mod kernels;
 pub mod model;
 pub mod restrict;

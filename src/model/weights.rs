@@ -1,0 +1,477 @@
+//! Gemma 3 weights from a Hugging Face safetensors checkpoint, memory-mapped.
+//!
+//! Files are mapped read-only and every tensor is handed out as a [`Weight`] view in its stored
+//! dtype; nothing is converted to f32 here. Names are resolved under whichever text prefix the
+//! checkpoint uses (`model.`, `language_model.model.` or `model.language_model.`); vision tensors
+//! of multimodal checkpoints are ignored; any other tensor the configuration does not account
+//! for is an error, as is a missing tensor, a wrong shape or an unsupported dtype.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use safetensors::tensor::{Dtype as StDtype, Metadata};
+use safetensors::SafeTensors;
+
+use super::config::{ConfigError, ModelConfig};
+use crate::error::{Diagnose, Exit};
+use crate::kernels::tensor::Backing;
+use crate::kernels::{DType, Weight};
+use crate::trust::canonical::parse_strict;
+
+/// The single-file checkpoint name.
+pub const SINGLE_FILE: &str = "model.safetensors";
+/// The index of a sharded checkpoint.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// Text-model prefixes, in the order they are tried.
+const TEXT_PREFIXES: [&str; 3] = ["model.language_model.", "language_model.model.", "model."];
+/// Tensors under these prefixes belong to the vision tower and are skipped.
+const VISION_PREFIXES: [&str; 4] = [
+    "vision_tower.",
+    "multi_modal_projector.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+];
+
+/// Why a checkpoint's weights were refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WeightsError {
+    /// The configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A file could not be opened or mapped.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Neither `model.safetensors` nor `model.safetensors.index.json` exists.
+    #[error("{dir} holds no {SINGLE_FILE} or {INDEX_FILE}")]
+    NoWeights {
+        /// The checkpoint directory.
+        dir: PathBuf,
+    },
+    /// The safetensors header is corrupt or the file is truncated.
+    #[error("{path} is not a valid safetensors file: {detail}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What the safetensors reader said.
+        detail: String,
+    },
+    /// The shard index is malformed.
+    #[error("{path}: {detail}")]
+    Index {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A tensor the model needs is absent.
+    #[error("{dir}: tensor `{name}` is missing")]
+    Missing {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// Full tensor name.
+        name: String,
+    },
+    /// A tensor's shape disagrees with config.json.
+    #[error("{path}: tensor `{name}` has shape {found:?}, config.json implies {expected:?}")]
+    Shape {
+        /// The file holding it.
+        path: PathBuf,
+        /// Full tensor name.
+        name: String,
+        /// Shape from the configuration.
+        expected: Vec<usize>,
+        /// Shape in the file.
+        found: Vec<usize>,
+    },
+    /// A tensor is stored in a dtype the kernels do not read.
+    #[error("{path}: tensor `{name}` has dtype {dtype}; supported are BF16, F16 and F32")]
+    Dtype {
+        /// The file holding it.
+        path: PathBuf,
+        /// Full tensor name.
+        name: String,
+        /// The dtype found.
+        dtype: String,
+    },
+    /// A text tensor the configuration does not account for (e.g. more layers than configured).
+    #[error("{path}: tensor `{name}` is not part of the model config.json describes")]
+    Unexpected {
+        /// The file holding it.
+        path: PathBuf,
+        /// Full tensor name.
+        name: String,
+    },
+    /// No tensor name starts with a known text-model prefix.
+    #[error("{dir}: no embedding tensor found under any of the prefixes {TEXT_PREFIXES:?}")]
+    NoTextModel {
+        /// The checkpoint directory.
+        dir: PathBuf,
+    },
+}
+
+impl Diagnose for WeightsError {
+    fn exit(&self) -> Exit {
+        match self {
+            WeightsError::Config(e) => e.exit(),
+            _ => Exit::BadInput,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            WeightsError::Config(e) => e.hint(),
+            WeightsError::Corrupt { .. } => {
+                Some("the file may be truncated; copy or download it again".into())
+            }
+            WeightsError::Shape { .. } | WeightsError::Unexpected { .. } => {
+                Some("config.json and the weights come from different models".into())
+            }
+            WeightsError::Dtype { .. } => Some("convert the checkpoint to bf16".into()),
+            _ => None,
+        }
+    }
+}
+
+/// The weights of one decoder layer, HF layout (`[out, in]`).
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    /// `self_attn.q_proj.weight` `[heads*head_dim, hidden]`.
+    pub q_proj: Weight,
+    /// `self_attn.k_proj.weight` `[kv_heads*head_dim, hidden]`.
+    pub k_proj: Weight,
+    /// `self_attn.v_proj.weight` `[kv_heads*head_dim, hidden]`.
+    pub v_proj: Weight,
+    /// `self_attn.o_proj.weight` `[hidden, heads*head_dim]`.
+    pub o_proj: Weight,
+    /// `self_attn.q_norm.weight` `[head_dim]`.
+    pub q_norm: Weight,
+    /// `self_attn.k_norm.weight` `[head_dim]`.
+    pub k_norm: Weight,
+    /// `input_layernorm.weight` `[hidden]`.
+    pub input_layernorm: Weight,
+    /// `post_attention_layernorm.weight` `[hidden]`.
+    pub post_attention_layernorm: Weight,
+    /// `pre_feedforward_layernorm.weight` `[hidden]`.
+    pub pre_feedforward_layernorm: Weight,
+    /// `post_feedforward_layernorm.weight` `[hidden]`.
+    pub post_feedforward_layernorm: Weight,
+    /// `mlp.gate_proj.weight` `[intermediate, hidden]`.
+    pub gate_proj: Weight,
+    /// `mlp.up_proj.weight` `[intermediate, hidden]`.
+    pub up_proj: Weight,
+    /// `mlp.down_proj.weight` `[hidden, intermediate]`.
+    pub down_proj: Weight,
+}
+
+/// A loaded checkpoint: configuration and memory-mapped weights.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The validated configuration.
+    pub config: ModelConfig,
+    /// `embed_tokens.weight` `[vocab, hidden]`.
+    pub embed: Weight,
+    /// Decoder layers in order.
+    pub layers: Vec<LayerWeights>,
+    /// Final `norm.weight` `[hidden]`.
+    pub norm: Weight,
+    /// Output projection `[vocab, hidden]`: the embedding itself when tied.
+    pub lm_head: Weight,
+    /// Total bytes of the weights the model uses.
+    pub weight_bytes: u64,
+}
+
+struct Entry {
+    file: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    range: std::ops::Range<usize>,
+}
+
+struct Files {
+    dir: PathBuf,
+    paths: Vec<PathBuf>,
+    maps: Vec<Backing>,
+    entries: BTreeMap<String, Entry>,
+}
+
+#[allow(unsafe_code)]
+fn map_file(path: &Path) -> Result<Backing, WeightsError> {
+    let read = |source| WeightsError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(read)?;
+    // SAFETY: the map is read-only and private to this process. Rust's aliasing rules would be
+    // broken only if the file changed underneath us while mapped; the runner's model directory
+    // is operator-controlled inside the enclave, and `exec` hashes the mapped bytes it runs on.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read)?;
+    Ok(Arc::new(map))
+}
+
+fn dtype_of(d: StDtype) -> Option<DType> {
+    match d {
+        StDtype::BF16 => Some(DType::BF16),
+        StDtype::F16 => Some(DType::F16),
+        StDtype::F32 => Some(DType::F32),
+        _ => None,
+    }
+}
+
+impl Files {
+    fn open(dir: &Path) -> Result<Files, WeightsError> {
+        let mut files = Files {
+            dir: dir.to_owned(),
+            paths: Vec::new(),
+            maps: Vec::new(),
+            entries: BTreeMap::new(),
+        };
+        let single = dir.join(SINGLE_FILE);
+        let index = dir.join(INDEX_FILE);
+        if index.exists() {
+            let shards = read_index(&index)?;
+            for (shard, names) in shards {
+                let fi = files.add_file(&dir.join(&shard))?;
+                for name in names {
+                    match files.entries.get(&name) {
+                        Some(e) if e.file == fi => {}
+                        _ => {
+                            return Err(WeightsError::Index {
+                                path: index.clone(),
+                                detail: format!(
+                                    "tensor `{name}` is mapped to {shard} but not found there"
+                                ),
+                            })
+                        }
+                    }
+                }
+            }
+        } else if single.exists() {
+            files.add_file(&single)?;
+        } else {
+            return Err(WeightsError::NoWeights {
+                dir: dir.to_owned(),
+            });
+        }
+        Ok(files)
+    }
+
+    fn add_file(&mut self, path: &Path) -> Result<usize, WeightsError> {
+        let map = map_file(path)?;
+        let corrupt = |detail: String| WeightsError::Corrupt {
+            path: path.to_owned(),
+            detail,
+        };
+        let bytes: &[u8] = (*map).as_ref();
+        let (header_len, metadata): (usize, Metadata) =
+            SafeTensors::read_metadata(bytes).map_err(|e| corrupt(format!("{e:?}")))?;
+        let base = 8 + header_len;
+        let fi = self.paths.len();
+        for (name, info) in metadata.tensors() {
+            let (start, end) = info.data_offsets;
+            let range = base + start..base + end;
+            if range.end > bytes.len() {
+                return Err(corrupt(format!(
+                    "tensor `{name}` extends past the end of the file"
+                )));
+            }
+            let Some(dtype) = dtype_of(info.dtype) else {
+                if is_vision(&name) {
+                    continue;
+                }
+                return Err(WeightsError::Dtype {
+                    path: path.to_owned(),
+                    name,
+                    dtype: format!("{:?}", info.dtype),
+                });
+            };
+            if self.entries.contains_key(&name) {
+                return Err(corrupt(format!(
+                    "tensor `{name}` appears in more than one file"
+                )));
+            }
+            self.entries.insert(
+                name,
+                Entry {
+                    file: fi,
+                    dtype,
+                    shape: info.shape.clone(),
+                    range,
+                },
+            );
+        }
+        self.paths.push(path.to_owned());
+        self.maps.push(map);
+        Ok(fi)
+    }
+
+    fn take(&mut self, name: &str, expected: &[usize]) -> Result<Weight, WeightsError> {
+        let entry = self
+            .entries
+            .remove(name)
+            .ok_or_else(|| WeightsError::Missing {
+                dir: self.dir.clone(),
+                name: name.to_owned(),
+            })?;
+        let path = &self.paths[entry.file];
+        if entry.shape != expected {
+            return Err(WeightsError::Shape {
+                path: path.clone(),
+                name: name.to_owned(),
+                expected: expected.to_vec(),
+                found: entry.shape,
+            });
+        }
+        Weight::new(
+            entry.dtype,
+            entry.shape,
+            Arc::clone(&self.maps[entry.file]),
+            entry.range,
+        )
+        .map_err(|e| WeightsError::Corrupt {
+            path: path.clone(),
+            detail: format!("tensor `{name}`: {e}"),
+        })
+    }
+}
+
+fn is_vision(name: &str) -> bool {
+    VISION_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Shard file name -> tensor names, from `model.safetensors.index.json`.
+fn read_index(path: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, WeightsError> {
+    let bad = |detail: String| WeightsError::Index {
+        path: path.to_owned(),
+        detail,
+    };
+    let bytes = std::fs::read(path).map_err(|source| WeightsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let value = parse_strict(&bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let map = value
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad("field `weight_map` must be an object of tensor name -> file".into()))?;
+    let mut shards: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| bad(format!("field `weight_map.{name}` must be a file name")))?;
+        let plain = Path::new(file).file_name().is_some_and(|f| f == file);
+        if !plain || !file.ends_with(".safetensors") {
+            return Err(bad(format!(
+                "field `weight_map.{name}` = {file:?} must name a .safetensors file in the same directory"
+            )));
+        }
+        shards
+            .entry(file.to_owned())
+            .or_default()
+            .insert(name.clone());
+    }
+    Ok(shards)
+}
+
+impl Checkpoint {
+    /// Load `DIR/config.json` and its weights.
+    pub fn load(dir: &Path) -> Result<Checkpoint, WeightsError> {
+        let config = ModelConfig::load(dir)?;
+        let mut files = Files::open(dir)?;
+        let prefix = TEXT_PREFIXES
+            .iter()
+            .find(|p| {
+                files
+                    .entries
+                    .contains_key(&format!("{p}embed_tokens.weight"))
+            })
+            .ok_or_else(|| WeightsError::NoTextModel {
+                dir: dir.to_owned(),
+            })?;
+        let c = &config;
+        let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
+        let (q_out, kv_out) = (c.num_heads * hd, c.num_kv_heads * hd);
+
+        let embed = files.take(&format!("{prefix}embed_tokens.weight"), &[c.vocab_size, h])?;
+        let mut layers = Vec::with_capacity(c.num_layers());
+        for i in 0..c.num_layers() {
+            let p = format!("{prefix}layers.{i}.");
+            let mut t = |name: &str, shape: &[usize]| files.take(&format!("{p}{name}"), shape);
+            layers.push(LayerWeights {
+                q_proj: t("self_attn.q_proj.weight", &[q_out, h])?,
+                k_proj: t("self_attn.k_proj.weight", &[kv_out, h])?,
+                v_proj: t("self_attn.v_proj.weight", &[kv_out, h])?,
+                o_proj: t("self_attn.o_proj.weight", &[h, q_out])?,
+                q_norm: t("self_attn.q_norm.weight", &[hd])?,
+                k_norm: t("self_attn.k_norm.weight", &[hd])?,
+                input_layernorm: t("input_layernorm.weight", &[h])?,
+                post_attention_layernorm: t("post_attention_layernorm.weight", &[h])?,
+                pre_feedforward_layernorm: t("pre_feedforward_layernorm.weight", &[h])?,
+                post_feedforward_layernorm: t("post_feedforward_layernorm.weight", &[h])?,
+                gate_proj: t("mlp.gate_proj.weight", &[inter, h])?,
+                up_proj: t("mlp.up_proj.weight", &[inter, h])?,
+                down_proj: t("mlp.down_proj.weight", &[h, inter])?,
+            });
+        }
+        let norm = files.take(&format!("{prefix}norm.weight"), &[h])?;
+        let head_names = ["lm_head.weight", "language_model.lm_head.weight"];
+        let lm_head = if c.tie_word_embeddings {
+            // HF ties the head to the embedding and ignores a stored copy.
+            for n in head_names {
+                files.entries.remove(n);
+            }
+            embed.clone()
+        } else {
+            let name = head_names
+                .iter()
+                .find(|n| files.entries.contains_key(**n))
+                .copied()
+                .unwrap_or(head_names[0]);
+            files.take(name, &[c.vocab_size, h])?
+        };
+        if let Some((name, entry)) = files.entries.iter().find(|(n, _)| !is_vision(n)) {
+            return Err(WeightsError::Unexpected {
+                path: files.paths[entry.file].clone(),
+                name: name.clone(),
+            });
+        }
+        let mut weight_bytes = embed.bytes().len() as u64 + norm.bytes().len() as u64;
+        if !c.tie_word_embeddings {
+            weight_bytes += lm_head.bytes().len() as u64;
+        }
+        for l in &layers {
+            for w in [
+                &l.q_proj,
+                &l.k_proj,
+                &l.v_proj,
+                &l.o_proj,
+                &l.q_norm,
+                &l.k_norm,
+                &l.input_layernorm,
+                &l.post_attention_layernorm,
+                &l.pre_feedforward_layernorm,
+                &l.post_feedforward_layernorm,
+                &l.gate_proj,
+                &l.up_proj,
+                &l.down_proj,
+            ] {
+                weight_bytes += w.bytes().len() as u64;
+            }
+        }
+        Ok(Checkpoint {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            weight_bytes,
+        })
+    }
+}
