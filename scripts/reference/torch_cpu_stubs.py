@@ -95,9 +95,14 @@ def dyn_symbols(obj: Path) -> tuple[list[tuple[str, str | None, str]], set[str]]
     return undefined, defined
 
 
+_LDCONFIG: str | None = None
+
+
 def system_has(lib: str) -> bool:
-    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-    return f"{lib} " in out or f"{lib}\t" in out
+    global _LDCONFIG
+    if _LDCONFIG is None:
+        _LDCONFIG = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    return any(line.split(" (")[0].strip() == lib for line in _LDCONFIG.splitlines())
 
 
 def main() -> int:
