@@ -363,3 +363,74 @@ fn generation_config_sets_the_stop_tokens() {
         vec![1, 50]
     );
 }
+
+/// The HF-made fixtures load, and our reading of their config.json agrees with what
+/// transformers computed (recorded in expected.json).
+#[test]
+fn reads_every_reference_fixture_as_transformers_does() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        let expected: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+        let m = &expected["model"];
+        let ck = Checkpoint::load(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let c = &ck.config;
+        let name = dir.display();
+        assert_eq!(
+            c.hidden_size as u64,
+            m["hidden_size"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            c.num_kv_heads as u64,
+            m["num_key_value_heads"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(c.head_dim as u64, m["head_dim"].as_u64().unwrap(), "{name}");
+        assert_eq!(
+            c.sliding_window as u64,
+            m["sliding_window"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            c.query_pre_attn_scalar as f64,
+            m["query_pre_attn_scalar"].as_f64().unwrap(),
+            "{name}"
+        );
+        let kinds: Vec<&str> = c
+            .layer_kinds
+            .iter()
+            .map(|k| match k {
+                LayerKind::Sliding => "sliding_attention",
+                LayerKind::Full => "full_attention",
+            })
+            .collect();
+        let want: Vec<&str> = m["layer_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, want, "{name}");
+        let factor = m["rope"]["full_attention"]["factor"]
+            .as_f64()
+            .unwrap_or(1.0);
+        assert_eq!(c.rope_full.linear_factor as f64, factor, "{name}");
+        assert_eq!(
+            c.rope_full.theta as f64,
+            m["rope"]["full_attention"]["rope_theta"].as_f64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            c.rope_sliding.theta as f64,
+            m["rope"]["sliding_attention"]["rope_theta"]
+                .as_f64()
+                .unwrap(),
+            "{name}"
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 4);
+}

@@ -13,7 +13,8 @@ fn tokenizer() -> Tokenizer {
 #[test]
 fn encodes_the_reference_sentence_like_hf() {
     let t = tokenizer();
-    assert_eq!(t.vocab_size(), 262144);
+    // 262144 text tokens plus <image_soft_token> (262144), which text models never emit.
+    assert_eq!(t.vocab_size(), 262145);
     let ids = t
         .encode_prompt("Hello, my dog is cute", Template::Raw)
         .unwrap();
@@ -57,5 +58,44 @@ fn decoding_round_trips_unicode_and_whitespace() {
     ] {
         let ids = t.encode_plain(text).unwrap();
         assert_eq!(t.decode(&ids).unwrap(), text);
+    }
+}
+
+/// Every case HF's tokenizer recorded (scripts/reference/make_tokenizer_cases.py): plain ids,
+/// ids with bos, chat-template ids, and decoding.
+#[test]
+fn matches_every_recorded_hf_case() {
+    let t = tokenizer();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tokenizer_cases.json");
+    let cases: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let list = cases["cases"].as_array().unwrap();
+    assert!(list.len() >= 10);
+    for case in list {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(t.encode_plain(text).unwrap(), ids(&case["ids"]), "{text:?}");
+        assert_eq!(
+            t.encode_prompt(text, Template::Raw).unwrap(),
+            ids(&case["ids_with_bos"]),
+            "{text:?}"
+        );
+        assert_eq!(
+            t.encode_prompt(text, Template::Chat).unwrap(),
+            ids(&case["chat_ids"]),
+            "{text:?}"
+        );
+        let decoded = case["decoded_with_bos_skip_special"].as_str().unwrap();
+        assert_eq!(
+            t.decode(&ids(&case["ids_with_bos"])).unwrap(),
+            decoded,
+            "{text:?}"
+        );
     }
 }
