@@ -160,7 +160,9 @@ pub fn render(
         if let Some(hide) = regions.hidden_by(line_no) {
             if hide.start_line == line_no {
                 let indent = text.get(..text.len() - text.trim_start().len()).unwrap_or("");
-                out.push(format!("{indent}// [hidden: {} lines]", hide.inner_lines()));
+                let n = hide.inner_lines();
+                let plural = if n == 1 { "" } else { "s" };
+                out.push(format!("{indent}// [hidden: {n} line{plural}]"));
             }
             continue;
         }
