@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engines").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/engines")
+        .join(name)
 }
 
 fn runner(args: &[&std::ffi::OsStr]) -> Output {
@@ -35,18 +37,45 @@ fn prints_report_and_writes_view() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let digest = blake3::hash(&std::fs::read(&engine).unwrap_or_default()).to_hex().to_string();
-    assert!(stdout.contains(&format!("source digest     blake3:{digest}")), "{stdout}");
-    assert!(stdout.contains("private ranges    obfuscate 8-17, hide 12-14"), "{stdout}");
+    let digest = blake3::hash(&std::fs::read(&engine).unwrap_or_default())
+        .to_hex()
+        .to_string();
+    assert!(
+        stdout.contains(&format!("source digest     blake3:{digest}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("private ranges    obfuscate 8-17, hide 12-14"),
+        "{stdout}"
+    );
     assert!(stdout.contains("calls checked     3"), "{stdout}");
-    assert!(stdout.contains("built-ins used    add, linear, rms_norm, scale"), "{stdout}");
-    assert!(stdout.contains("functions         main, f1 (obfuscate)"), "{stdout}");
-    assert!(stdout.contains("verifier          runner-restrict/1"), "{stdout}");
+    assert!(
+        stdout.contains("built-ins used    add, linear, rms_norm, scale"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("functions         main, f1 (obfuscate)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("verifier          runner-restrict/1"),
+        "{stdout}"
+    );
     let v = std::fs::read_to_string(&view).unwrap_or_default();
-    assert!(v.contains("    let h = f1(x, model.up, model.down);"), "{v}");
+    assert!(
+        v.contains("    let h = f1(x, model.up, model.down);"),
+        "{v}"
+    );
     assert!(v.contains("fn f1(v1, v2, v3) {"), "{v}");
     assert!(v.contains("    // [hidden: 1 line]"), "{v}");
-    for secret in ["w_secret", "pre_act", "tuned", "0.7071", "block", "names and constants"] {
+    for secret in [
+        "w_secret",
+        "pre_act",
+        "tuned",
+        "0.7071",
+        "block",
+        "names and constants",
+    ] {
         assert!(!v.contains(secret), "view shows {secret}:\n{v}");
     }
     // No temporary file left behind.
@@ -65,15 +94,18 @@ fn prints_json_report() {
         "--json".as_ref(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
     assert_eq!(v["calls_checked"], 3);
     assert_eq!(v["policy"]["name"], "narrow");
     assert_eq!(v["policy"]["id"].as_str().map(str::len), Some(16));
     assert_eq!(v["policy"]["id_full"].as_str().map(str::len), Some(64));
     assert_eq!(v["private_ranges"][1]["kind"], "hide");
     assert_eq!(v["private_ranges"][1]["start_line"], 12);
-    assert_eq!(v["builtins_used"], serde_json::json!(["add", "linear", "rms_norm", "scale"]));
+    assert_eq!(
+        v["builtins_used"],
+        serde_json::json!(["add", "linear", "rms_norm", "scale"])
+    );
 }
 
 #[test]
@@ -89,8 +121,14 @@ fn rejects_violations_with_exit_3_listing_all_and_writes_nothing() {
     ]);
     assert_eq!(out.status.code(), Some(3));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("2 call(s) in private regions are not allowed by policy narrow"), "{stderr}");
-    assert!(stderr.contains("private region calls `softmax`, which the policy does not allow (4:13)"), "{stderr}");
+    assert!(
+        stderr.contains("2 call(s) in private regions are not allowed by policy narrow"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("private region calls `softmax`, which the policy does not allow (4:13)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("private region calls `helper`, which reaches `gelu_tanh` (called in `helper` at 11:12)"), "{stderr}");
     assert!(stderr.contains("hint:"), "{stderr}");
     assert!(out.stdout.is_empty());
@@ -120,11 +158,24 @@ fn rejects_syntax_errors_with_exit_2_and_caret() {
 fn rejects_non_ascii_bytes_with_position() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let engine = dir.path().join("bad.eng");
-    std::fs::write(&engine, b"fn main(x) {\n  return \xd0\xb0;\n}\n").unwrap_or_else(|e| panic!("{e}"));
-    let out = runner(&[engine.as_os_str(), "--policy".as_ref(), fixture("narrow-policy.json").as_os_str()]);
+    std::fs::write(&engine, b"fn main(x) {\n  return \xd0\xb0;\n}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = runner(&[
+        engine.as_os_str(),
+        "--policy".as_ref(),
+        fixture("narrow-policy.json").as_os_str(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("non-ASCII character `\u{430}` (U+0430)"), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("(2:10)"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("non-ASCII character `\u{430}` (U+0430)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("(2:10)"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -141,6 +192,10 @@ fn rejects_view_path_equal_to_engine() {
         engine.as_os_str(),
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("is the engine source"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is the engine source"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(std::fs::read(&engine).unwrap_or_default(), body);
 }

@@ -51,7 +51,10 @@ fn run(bytes: &[u8], policy: &Policy) {
             assert!(c.view().is_ascii());
         }
         Err(RestrictError::Syntax { error, .. }) => {
-            assert!(error.pos().line >= 1 && error.pos().line <= lines.max(1), "{error}");
+            assert!(
+                error.pos().line >= 1 && error.pos().line <= lines.max(1),
+                "{error}"
+            );
             let _ = error.to_string();
         }
         Err(RestrictError::Program { errors, .. }) => assert!(!errors.is_empty()),
@@ -72,7 +75,8 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
         (any::<usize>(), 0usize..40).prop_map(|(i, n)| Mutation::Delete(i, n)),
-        (any::<usize>(), 0usize..60, any::<usize>()).prop_map(|(a, n, b)| Mutation::Splice(a, n, b)),
+        (any::<usize>(), 0usize..60, any::<usize>())
+            .prop_map(|(a, n, b)| Mutation::Splice(a, n, b)),
         (
             any::<usize>(),
             prop::sample::select(vec![

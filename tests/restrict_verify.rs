@@ -52,7 +52,13 @@ fn syntax_error(src: &str) -> (SyntaxErrorKind, Pos) {
 
 fn summary(v: &[Violation]) -> Vec<(String, Pos, Option<String>)> {
     v.iter()
-        .map(|v| (v.builtin.clone(), v.pos(), v.via.as_ref().map(|w| w.function.clone())))
+        .map(|v| {
+            (
+                v.builtin.clone(),
+                v.pos(),
+                v.via.as_ref().map(|w| w.function.clone()),
+            )
+        })
         .collect()
 }
 
@@ -69,7 +75,11 @@ fn main(x, w) {
     let c = check(src, "t.eng", &narrow()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.report().calls_checked, 1);
     assert_eq!(
-        c.report().builtins_used.iter().map(String::as_str).collect::<Vec<_>>(),
+        c.report()
+            .builtins_used
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         vec!["add", "linear"]
     );
 }
@@ -88,15 +98,24 @@ fn rejects_disallowed_builtin_in_private_region() {
     let v = violations(src, &narrow());
     assert_eq!(summary(&v), vec![("softmax".into(), Pos::new(3, 11), None)]);
     let text = v[0].to_string();
-    assert!(text.starts_with("private region calls `softmax`, which the policy does not allow (3:11)"), "{text}");
-    assert!(text.contains("  3 |   let y = softmax(x);\n    |           ^"), "{text}");
+    assert!(
+        text.starts_with("private region calls `softmax`, which the policy does not allow (3:11)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  3 |   let y = softmax(x);\n    |           ^"),
+        "{text}"
+    );
 }
 
 #[test]
 fn rejects_disallow_over_allow() {
     let src = "fn main(x) {\n  // @private hide\n  let y = linear(x, x);\n  // @end hide\n  return y;\n}\n";
     let p = policy(&["linear", "add"], &["linear"]);
-    assert_eq!(summary(&violations(src, &p)), vec![("linear".into(), Pos::new(3, 11), None)]);
+    assert_eq!(
+        summary(&violations(src, &p)),
+        vec![("linear".into(), Pos::new(3, 11), None)]
+    );
 }
 
 #[test]
@@ -139,10 +158,15 @@ fn deeper(x) {
 }
 ";
     let v = violations(src, &narrow());
-    assert_eq!(summary(&v), vec![("softmax".into(), Pos::new(3, 11), Some("helper".into()))]);
+    assert_eq!(
+        summary(&v),
+        vec![("softmax".into(), Pos::new(3, 11), Some("helper".into()))]
+    );
     let via = v[0].via.as_ref().map(|w| (w.caller.clone(), w.at));
     assert_eq!(via, Some(("deeper".into(), Pos::new(11, 14))));
-    assert!(v[0].to_string().contains("reaches `softmax` (called in `deeper` at 11:14)"));
+    assert!(v[0]
+        .to_string()
+        .contains("reaches `softmax` (called in `deeper` at 11:14)"));
 }
 
 #[test]
@@ -159,7 +183,10 @@ fn body(h, layer) {
 }
 ";
     let v = violations(src, &narrow());
-    assert_eq!(summary(&v), vec![("softmax".into(), Pos::new(3, 16), Some("body".into()))]);
+    assert_eq!(
+        summary(&v),
+        vec![("softmax".into(), Pos::new(3, 16), Some("body".into()))]
+    );
 }
 
 #[test]
@@ -174,7 +201,10 @@ fn secret(x) {
 }
 // @end obfuscate
 ";
-    assert_eq!(summary(&violations(src, &narrow())), vec![("softmax".into(), Pos::new(6, 10), None)]);
+    assert_eq!(
+        summary(&violations(src, &narrow())),
+        vec![("softmax".into(), Pos::new(6, 10), None)]
+    );
 }
 
 #[test]
@@ -184,7 +214,9 @@ fn rejects_let_alias_of_a_builtin() {
     assert_eq!(
         e,
         vec![
-            ProgramErrorKind::FunctionAsValue { name: "softmax".into() },
+            ProgramErrorKind::FunctionAsValue {
+                name: "softmax".into()
+            },
             ProgramErrorKind::UnknownFunction { name: "f".into() },
         ]
     );
@@ -204,7 +236,12 @@ fn linear(x, w) {
   return softmax(x);
 }
 ";
-    assert_eq!(program_errors(src), vec![ProgramErrorKind::ShadowsBuiltin { name: "linear".into() }]);
+    assert_eq!(
+        program_errors(src),
+        vec![ProgramErrorKind::ShadowsBuiltin {
+            name: "linear".into()
+        }]
+    );
 }
 
 #[test]
@@ -216,7 +253,10 @@ fn rejects_non_ascii_lookalike_identifier() {
     assert_eq!(pos, Pos::new(3, 12));
     // And a look-alike `a` (U+0430) in a marker comment.
     let src = "// @priv\u{430}te hide\nfn main(x) { return x; }\n// @end hide\n";
-    assert!(matches!(syntax_error(src).0, SyntaxErrorKind::NonAscii { .. }));
+    assert!(matches!(
+        syntax_error(src).0,
+        SyntaxErrorKind::NonAscii { .. }
+    ));
 }
 
 #[test]
@@ -232,7 +272,10 @@ fn main(x) {
   return b;
 }
 ";
-    assert_eq!(summary(&violations(src, &narrow())), vec![("softmax".into(), Pos::new(5, 11), None)]);
+    assert_eq!(
+        summary(&violations(src, &narrow())),
+        vec![("softmax".into(), Pos::new(5, 11), None)]
+    );
 }
 
 #[test]
@@ -248,7 +291,10 @@ fn main(x) {
 }
 ";
     let (kind, pos) = syntax_error(src);
-    assert!(matches!(kind, SyntaxErrorKind::SplitsConstruct { .. }), "{kind:?}");
+    assert!(
+        matches!(kind, SyntaxErrorKind::SplitsConstruct { .. }),
+        "{kind:?}"
+    );
     assert_eq!(pos, Pos::new(3, 3));
 }
 
@@ -262,7 +308,10 @@ fn rejects_malformed_markers() {
     ] {
         let src = format!("{marker}\nfn main(x) {{ return x; }}\n// @end hide\n");
         let (kind, pos) = syntax_error(&src);
-        assert!(matches!(kind, SyntaxErrorKind::MalformedMarker { .. }), "{marker}: {kind:?}");
+        assert!(
+            matches!(kind, SyntaxErrorKind::MalformedMarker { .. }),
+            "{marker}: {kind:?}"
+        );
         assert_eq!(pos.line, line);
     }
 }
@@ -289,11 +338,21 @@ fn rejects_obfuscate_nested_in_hide() {
 #[test]
 fn rejects_recursion_directly_and_through_functions_and_scan() {
     let direct = "fn main(x) {\n  return main(x);\n}\n";
-    assert!(matches!(program_errors(direct).as_slice(), [ProgramErrorKind::Recursion { .. }]));
+    assert!(matches!(
+        program_errors(direct).as_slice(),
+        [ProgramErrorKind::Recursion { .. }]
+    ));
     let two = "fn a(x) { return b(x); }\nfn b(x) { return a(x); }\n";
-    assert!(matches!(program_errors(two).as_slice(), [ProgramErrorKind::Recursion { .. }]));
-    let scan = "fn main(x, ls) { return scan(body, x, ls); }\nfn body(h, l) { return main(h, l); }\n";
-    assert!(matches!(program_errors(scan).as_slice(), [ProgramErrorKind::Recursion { .. }]));
+    assert!(matches!(
+        program_errors(two).as_slice(),
+        [ProgramErrorKind::Recursion { .. }]
+    ));
+    let scan =
+        "fn main(x, ls) { return scan(body, x, ls); }\nfn body(h, l) { return main(h, l); }\n";
+    assert!(matches!(
+        program_errors(scan).as_slice(),
+        [ProgramErrorKind::Recursion { .. }]
+    ));
 }
 
 #[test]
@@ -338,7 +397,10 @@ fn secret_block(hidden_state, cfg) {
         assert!(!report.contains(secret), "report shows {secret}:\n{report}");
     }
     // Built-in names, public code and the placeholder stay readable.
-    assert!(view.contains("let x = embed(tokens, model.embed, 25.25);"), "{view}");
+    assert!(
+        view.contains("let x = embed(tokens, model.embed, 25.25);"),
+        "{view}"
+    );
     assert!(view.contains("let v3 = linear(v1, v2.a1);"), "{view}");
     assert!(view.contains("  // [hidden: 2 lines]\n"), "{view}");
     assert!(view.contains("let y = f1(x, model);"), "{view}");
@@ -353,7 +415,10 @@ fn report_binds_digest_policy_and_verifier() {
     let p = narrow();
     let c = check(src, "t.eng", &p).unwrap_or_else(|e| panic!("{e}"));
     let r = c.report();
-    assert_eq!(r.source_digest, blake3::hash(src.as_bytes()).to_hex().to_string());
+    assert_eq!(
+        r.source_digest,
+        blake3::hash(src.as_bytes()).to_hex().to_string()
+    );
     assert_eq!(r.policy.id_full, p.policy_id().to_hex());
     assert_eq!(r.policy.id, p.policy_id().short());
     assert_eq!(r.verifier_version, runner::restrict::VERIFIER_VERSION);

@@ -8,6 +8,7 @@ use std::fmt;
 use super::diagnostic::{Excerpt, Located, Pos};
 use super::regions::RegionKind;
 use crate::error::{Diagnose, Exit};
+use crate::kernels::KernelError;
 
 /// A lexer, parser or region-marker error.
 pub type SyntaxError = Located<SyntaxErrorKind>;
@@ -37,7 +38,9 @@ pub enum SyntaxErrorKind {
         found: String,
     },
     /// A control character other than tab, line feed, or a CR directly before a line feed.
-    #[error("control character 0x{byte:02x}; only tab, line feed and CRLF line endings are allowed")]
+    #[error(
+        "control character 0x{byte:02x}; only tab, line feed and CRLF line endings are allowed"
+    )]
     ControlChar {
         /// The byte.
         byte: u8,
@@ -209,7 +212,9 @@ pub enum ProgramErrorKind {
         name: String,
     },
     /// `scan`'s first argument is not the name of a user function.
-    #[error("scan's first argument must be the name of a user function (the layer body), found {found}")]
+    #[error(
+        "scan's first argument must be the name of a user function (the layer body), found {found}"
+    )]
     ScanBody {
         /// What was there.
         found: String,
@@ -417,6 +422,18 @@ pub enum CompileErrorKind {
         /// What does not fit.
         detail: String,
     },
+    /// User functions call each other more deeply than the limit.
+    #[error("user functions nest more than {limit} calls deep")]
+    TooDeep {
+        /// The limit.
+        limit: usize,
+    },
+    /// A guarantee of the verifier did not hold (a bug): the plan is refused.
+    #[error("internal error: {what}; the verifier should have refused this program")]
+    Internal {
+        /// What was found.
+        what: &'static str,
+    },
     /// `scan`'s body returns something other than the carry's kind.
     #[error("scan body `{body}` returns {found} but the carry is {expected}")]
     ScanCarry {
@@ -449,7 +466,9 @@ impl std::error::Error for Located<CompileErrorKind> {}
 #[non_exhaustive]
 pub enum RunErrorKind {
     /// The inputs given to `run` do not match those the plan was compiled for.
-    #[error("input `{name}` does not match the compiled signature: expected {expected}, found {found}")]
+    #[error(
+        "input `{name}` does not match the compiled signature: expected {expected}, found {found}"
+    )]
     InputMismatch {
         /// The input.
         name: String,
@@ -457,6 +476,22 @@ pub enum RunErrorKind {
         expected: String,
         /// The type given.
         found: String,
+    },
+    /// A kernel refused its arguments (usually a shape mismatch).
+    #[error("`{op}` failed: {source}")]
+    Kernel {
+        /// The built-in.
+        op: String,
+        /// The kernel's error.
+        source: Box<KernelError>,
+    },
+    /// A shape operation whose input does not have the shape it needs.
+    #[error("`{op}` failed: {detail}")]
+    Shape {
+        /// The built-in.
+        op: String,
+        /// What does not fit.
+        detail: String,
     },
     /// A built-in argument out of its range (a negative window, a fractional count).
     #[error("argument {index} of `{op}` is {value}; {why}")]
@@ -485,6 +520,12 @@ pub enum RunErrorKind {
         expected: String,
         /// The kind found.
         found: String,
+    },
+    /// A guarantee of the compiler did not hold (a bug): the run stops.
+    #[error("internal error: {what}")]
+    Internal {
+        /// What was found.
+        what: &'static str,
     },
     /// A record without a field the plan reads.
     #[error("record has no field `{field}`")]

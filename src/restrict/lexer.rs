@@ -141,12 +141,12 @@ pub fn source_from_bytes(bytes: &[u8]) -> Result<&str, SyntaxError> {
         if b >= 0x80 {
             let found = match std::str::from_utf8(bytes.get(i..).unwrap_or_default()) {
                 Ok(rest) => rest.chars().next().map(describe_char),
-                Err(e) if e.valid_up_to() > 0 => std::str::from_utf8(
-                    bytes.get(i..i + e.valid_up_to()).unwrap_or_default(),
-                )
-                .ok()
-                .and_then(|s| s.chars().next())
-                .map(describe_char),
+                Err(e) if e.valid_up_to() > 0 => {
+                    std::str::from_utf8(bytes.get(i..i + e.valid_up_to()).unwrap_or_default())
+                        .ok()
+                        .and_then(|s| s.chars().next())
+                        .map(describe_char)
+                }
                 Err(_) => None,
             }
             .unwrap_or_else(|| format!("byte 0x{b:02x} (not UTF-8)"));
@@ -402,7 +402,10 @@ impl<'a> Lexer<'a> {
             }
         }
         if self.peek(0).is_some_and(|b| is_ident_char(b) || b == b'.') {
-            return Err(bad(self, "a number must not run into a name or another `.`"));
+            return Err(bad(
+                self,
+                "a number must not run into a name or another `.`",
+            ));
         }
         if self.i - start > MAX_NUMBER_LEN {
             return Err(bad(self, "longer than 64 characters"));
@@ -482,7 +485,11 @@ mod tests {
     #[test]
     fn positions_are_line_and_column() {
         let l = lex("fn f()\r\n  {\treturn 1; }").unwrap_or_else(|e| panic!("{e}"));
-        let ret = l.tokens.iter().find(|t| t.tok == Tok::Return).map(|t| t.pos);
+        let ret = l
+            .tokens
+            .iter()
+            .find(|t| t.tok == Tok::Return)
+            .map(|t| t.pos);
         assert_eq!(ret, Some(Pos::new(2, 5)));
     }
 
@@ -531,10 +538,15 @@ mod tests {
 
     #[test]
     fn reads_markers() {
-        let l = lex("  // @private obfuscate\n//@private\thide\n// @end hide\n\t//   @end   obfuscate  ")
-            .unwrap_or_else(|e| panic!("{e}"));
-        let m: Vec<(bool, RegionKind, u32)> =
-            l.markers.iter().map(|m| (m.open, m.kind, m.pos.line)).collect();
+        let l = lex(
+            "  // @private obfuscate\n//@private\thide\n// @end hide\n\t//   @end   obfuscate  ",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let m: Vec<(bool, RegionKind, u32)> = l
+            .markers
+            .iter()
+            .map(|m| (m.open, m.kind, m.pos.line))
+            .collect();
         assert_eq!(
             m,
             vec![

@@ -12,23 +12,29 @@
 
 pub mod ast;
 pub mod builtins;
+pub mod compile;
 pub mod diagnostic;
 pub mod error;
+mod interp;
 pub mod lexer;
 pub mod parser;
 pub mod regions;
 pub mod report;
 pub mod resolve;
+pub mod value;
 pub mod verify;
 pub mod view;
 
+pub use compile::{compile, Plan};
 pub use diagnostic::{Excerpt, Located, Pos};
+pub use error::{CompileError, CompileErrorKind, RunError, RunErrorKind};
 pub use error::{
     ProgramError, ProgramErrorKind, RestrictError, SyntaxError, SyntaxErrorKind, Via, Violation,
 };
 pub use lexer::source_from_bytes;
 pub use regions::{Region, RegionKind};
 pub use report::Report;
+pub use value::{Inputs, Record, Signature, State, StateHandle, StateKind, Type, Value};
 pub use verify::{check, Checked};
 
 /// Version of the restrict verifier. It is part of every `policy_id`, so a policy approved under

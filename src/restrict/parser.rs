@@ -345,9 +345,9 @@ mod tests {
         let e = parse_src("fn f(x) {\n  return x;\n  let y = x;\n}").unwrap_err();
         assert!(matches!(e.kind, SyntaxErrorKind::Expected { .. }));
         assert_eq!(e.pos(), Pos::new(3, 3));
-        assert!(e.to_string().starts_with(
-            "expected `}` (`return` must be the last statement), found `let` (3:3)"
-        ));
+        assert!(e
+            .to_string()
+            .starts_with("expected `}` (`return` must be the last statement), found `let` (3:3)"));
     }
 
     #[test]
@@ -362,7 +362,10 @@ mod tests {
             "fn f(x) { return f(x,,); }",
         ] {
             assert!(
-                matches!(parse_src(src).map_err(|e| e.kind), Err(SyntaxErrorKind::Expected { .. })),
+                matches!(
+                    parse_src(src).map_err(|e| e.kind),
+                    Err(SyntaxErrorKind::Expected { .. })
+                ),
                 "{src}"
             );
         }
@@ -370,17 +373,37 @@ mod tests {
 
     #[test]
     fn rejects_deep_nesting_without_overflowing() {
-        let src = format!("fn f(x) {{ return {}x{}; }}", "(".repeat(10_000), ")".repeat(10_000));
+        let src = format!(
+            "fn f(x) {{ return {}x{}; }}",
+            "(".repeat(10_000),
+            ")".repeat(10_000)
+        );
         let e = parse_src(&src).unwrap_err();
         assert_eq!(e.kind, SyntaxErrorKind::TooDeep { limit: MAX_DEPTH });
         let src = format!("fn f(x) {{ return {}x; }}", "-".repeat(10_000));
-        assert!(matches!(parse_src(&src).unwrap_err().kind, SyntaxErrorKind::TooDeep { .. }));
-        let src = format!("fn f(x) {{ return {}x{}; }}", "g(".repeat(10_000), ")".repeat(10_000));
-        assert!(matches!(parse_src(&src).unwrap_err().kind, SyntaxErrorKind::TooDeep { .. }));
+        assert!(matches!(
+            parse_src(&src).unwrap_err().kind,
+            SyntaxErrorKind::TooDeep { .. }
+        ));
+        let src = format!(
+            "fn f(x) {{ return {}x{}; }}",
+            "g(".repeat(10_000),
+            ")".repeat(10_000)
+        );
+        assert!(matches!(
+            parse_src(&src).unwrap_err().kind,
+            SyntaxErrorKind::TooDeep { .. }
+        ));
         let src = format!("fn f(x) {{ return x{}; }}", " + x * x".repeat(10_000));
-        assert!(matches!(parse_src(&src).unwrap_err().kind, SyntaxErrorKind::TooDeep { .. }));
+        assert!(matches!(
+            parse_src(&src).unwrap_err().kind,
+            SyntaxErrorKind::TooDeep { .. }
+        ));
         let src = format!("fn f(x) {{ return x{}; }}", ".a".repeat(10_000));
-        assert!(matches!(parse_src(&src).unwrap_err().kind, SyntaxErrorKind::TooDeep { .. }));
+        assert!(matches!(
+            parse_src(&src).unwrap_err().kind,
+            SyntaxErrorKind::TooDeep { .. }
+        ));
     }
 
     #[test]

@@ -70,7 +70,9 @@ impl Region {
     }
     /// Lines strictly between the markers.
     pub fn inner_lines(&self) -> u32 {
-        self.end_line.saturating_sub(self.start_line).saturating_sub(1)
+        self.end_line
+            .saturating_sub(self.start_line)
+            .saturating_sub(1)
     }
 }
 
@@ -157,14 +159,13 @@ impl Regions {
                     return Err(marker_error(
                         source,
                         line,
-                        what(format!(
-                            "function `{}` (lines {fs}-{fe})",
-                            f.name.name
-                        )),
+                        what(format!("function `{}` (lines {fs}-{fe})", f.name.name)),
                     ));
                 }
                 for (ss, se) in f.statement_lines() {
-                    let ok = r.end_line < ss || se < r.start_line || (r.start_line < ss && se < r.end_line);
+                    let ok = r.end_line < ss
+                        || se < r.start_line
+                        || (r.start_line < ss && se < r.end_line);
                     if !ok {
                         let line = if (ss..=se).contains(&r.start_line) {
                             r.start_line
@@ -279,8 +280,15 @@ fn f(x) { return x; }
                 "// @private {outer}\n// @private {inner}\nfn f(x) {{ return x; }}\n// @end {inner}\n// @end {outer}\n"
             )
         };
-        for (o, i) in [("hide", "obfuscate"), ("hide", "hide"), ("obfuscate", "obfuscate")] {
-            assert!(matches!(kind(&nest(o, i)), SyntaxErrorKind::BadNesting { .. }), "{o} {i}");
+        for (o, i) in [
+            ("hide", "obfuscate"),
+            ("hide", "hide"),
+            ("obfuscate", "obfuscate"),
+        ] {
+            assert!(
+                matches!(kind(&nest(o, i)), SyntaxErrorKind::BadNesting { .. }),
+                "{o} {i}"
+            );
         }
         assert!(regions(&nest("obfuscate", "hide")).is_ok());
     }
@@ -289,11 +297,15 @@ fn f(x) { return x; }
     fn rejects_unbalanced_markers() {
         assert_eq!(
             kind("// @end hide\nfn f(x) { return x; }"),
-            SyntaxErrorKind::UnopenedRegion { kind: RegionKind::Hide }
+            SyntaxErrorKind::UnopenedRegion {
+                kind: RegionKind::Hide
+            }
         );
         assert_eq!(
             kind("// @private hide\nfn f(x) { return x; }"),
-            SyntaxErrorKind::UnclosedRegion { kind: RegionKind::Hide }
+            SyntaxErrorKind::UnclosedRegion {
+                kind: RegionKind::Hide
+            }
         );
         assert!(matches!(
             kind("// @private obfuscate\nfn f(x) { return x; }\n// @end hide"),

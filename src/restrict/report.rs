@@ -128,7 +128,12 @@ impl Report {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let builtins = self.builtins_used.iter().cloned().collect::<Vec<_>>().join(", ");
+        let builtins = self
+            .builtins_used
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
         let _ = writeln!(s, "engine            {}", self.engine);
         let _ = writeln!(s, "source digest     blake3:{}", self.source_digest);
         let _ = writeln!(

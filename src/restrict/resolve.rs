@@ -465,7 +465,10 @@ mod tests {
             got,
             vec![
                 ("unknown function `nope`".to_owned(), Pos::new(2, 11)),
-                ("`linear` takes 2 argument(s), given 1".to_owned(), Pos::new(3, 11)),
+                (
+                    "`linear` takes 2 argument(s), given 1".to_owned(),
+                    Pos::new(3, 11)
+                ),
                 ("unknown variable `y`".to_owned(), Pos::new(4, 10)),
             ]
         );
@@ -475,24 +478,30 @@ mod tests {
     fn rejects_shadowing_a_builtin() {
         assert_eq!(
             errors("fn softmax(x) { return x; }"),
-            vec![ProgramErrorKind::ShadowsBuiltin { name: "softmax".into() }]
+            vec![ProgramErrorKind::ShadowsBuiltin {
+                name: "softmax".into()
+            }]
         );
         assert_eq!(
             errors("fn scan(x) { return x; }"),
-            vec![ProgramErrorKind::ShadowsBuiltin { name: "scan".into() }]
+            vec![ProgramErrorKind::ShadowsBuiltin {
+                name: "scan".into()
+            }]
         );
     }
 
     #[test]
     fn rejects_let_alias_of_a_function() {
         let e = errors("fn f(x) {\n  let g = linear;\n  return g(x, x);\n}");
-        assert!(e.contains(&ProgramErrorKind::FunctionAsValue { name: "linear".into() }));
+        assert!(e.contains(&ProgramErrorKind::FunctionAsValue {
+            name: "linear".into()
+        }));
         assert!(e.contains(&ProgramErrorKind::UnknownFunction { name: "g".into() }));
         assert_eq!(
             errors("fn f(x) { let linear = x; return linear; }"),
-            vec![
-                ProgramErrorKind::BindsFunctionName { name: "linear".into() },
-            ]
+            vec![ProgramErrorKind::BindsFunctionName {
+                name: "linear".into()
+            },]
         );
         assert_eq!(
             errors("fn f(add) { return add; }"),
@@ -518,7 +527,9 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert_eq!(
             e[0].kind,
-            ProgramErrorKind::Recursion { cycle: "`f` calls `f` (2:10)".into() }
+            ProgramErrorKind::Recursion {
+                cycle: "`f` calls `f` (2:10)".into()
+            }
         );
     }
 
@@ -538,18 +549,25 @@ mod tests {
         let e = errors(
             "fn main(x, ls) { return scan(body, x, ls); }\nfn body(h, l) { return main(h, l); }",
         );
-        assert!(matches!(e.as_slice(), [ProgramErrorKind::Recursion { .. }]), "{e:?}");
+        assert!(
+            matches!(e.as_slice(), [ProgramErrorKind::Recursion { .. }]),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn rejects_bad_scan_bodies() {
         assert_eq!(
             errors("fn f(x, ls) { return scan(linear, x, ls); }"),
-            vec![ProgramErrorKind::ScanBody { found: "the built-in `linear`".into() }]
+            vec![ProgramErrorKind::ScanBody {
+                found: "the built-in `linear`".into()
+            }]
         );
         assert_eq!(
             errors("fn f(x, ls) { return scan(x, x, ls); }"),
-            vec![ProgramErrorKind::ScanBody { found: "the variable `x`".into() }]
+            vec![ProgramErrorKind::ScanBody {
+                found: "the variable `x`".into()
+            }]
         );
         assert_eq!(
             errors("fn f(x, ls) { return scan(x); }"),
@@ -557,7 +575,11 @@ mod tests {
         );
         assert_eq!(
             errors("fn f(x, ls) { return scan(g, x, ls, x); }\nfn g(a, b) { return a; }"),
-            vec![ProgramErrorKind::WrongArity { name: "g".into(), expected: 2, found: 3 }]
+            vec![ProgramErrorKind::WrongArity {
+                name: "g".into(),
+                expected: 2,
+                found: 3
+            }]
         );
     }
 }

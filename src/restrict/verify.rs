@@ -151,7 +151,11 @@ fn check_policy(
     let mut violations = Vec::new();
     let mut checked_sites: BTreeSet<Pos> = BTreeSet::new();
     let mut reached_functions: BTreeSet<usize> = BTreeSet::new();
-    for call in resolved.calls.iter().filter(|c| regions.is_private(c.pos.line)) {
+    for call in resolved
+        .calls
+        .iter()
+        .filter(|c| regions.is_private(c.pos.line))
+    {
         match call.target {
             Target::Builtin(b) => {
                 checked_sites.insert(call.pos);
@@ -165,7 +169,9 @@ fn check_policy(
             }
             Target::Function(g) => {
                 collect_reachable(g, resolved, &mut reached_functions);
-                let Some(reached) = reach.get(g) else { continue };
+                let Some(reached) = reach.get(g) else {
+                    continue;
+                };
                 for (b, &(caller, at)) in reached {
                     if !policy.allows(b.name()) {
                         violations.push(Violation {

@@ -159,15 +159,16 @@ pub fn render(
         }
         if let Some(hide) = regions.hidden_by(line_no) {
             if hide.start_line == line_no {
-                let indent = text.get(..text.len() - text.trim_start().len()).unwrap_or("");
+                let indent = text
+                    .get(..text.len() - text.trim_start().len())
+                    .unwrap_or("");
                 let n = hide.inner_lines();
                 let plural = if n == 1 { "" } else { "s" };
                 out.push(format!("{indent}// [hidden: {n} line{plural}]"));
             }
             continue;
         }
-        let obfuscated =
-            regions.innermost(line_no).map(|r| r.kind) == Some(RegionKind::Obfuscate);
+        let obfuscated = regions.innermost(line_no).map(|r| r.kind) == Some(RegionKind::Obfuscate);
         if obfuscated && marker_lines.contains(&line_no) {
             out.push(text.to_owned());
             continue;
@@ -194,7 +195,9 @@ pub fn render(
         let rest = source.get(cursor..end).unwrap_or("");
         if obfuscated {
             // Only whitespace and a comment can follow the last token: drop the comment.
-            let rest = rest.find("//").map_or(rest, |i| rest.get(..i).unwrap_or(""));
+            let rest = rest
+                .find("//")
+                .map_or(rest, |i| rest.get(..i).unwrap_or(""));
             line.push_str(rest);
             let trimmed = line.trim_end().len();
             line.truncate(trimmed);
