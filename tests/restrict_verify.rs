@@ -426,3 +426,48 @@ fn report_binds_digest_policy_and_verifier() {
     let c2 = check("fn main(x) { return x; }\n\n", "t.eng", &p).unwrap_or_else(|e| panic!("{e}"));
     assert_ne!(c2.report().source_digest, r.source_digest);
 }
+
+#[test]
+fn rejects_many_violations_quickly() {
+    // A hostile engine near the size limits: thousands of regions, each with a disallowed call.
+    let mut src = String::from("fn main(x) {\n");
+    for _ in 0..10_000 {
+        src.push_str("// @private hide\nlet y = softmax(x);\n// @end hide\n");
+    }
+    src.push_str("return x;\n}\n");
+    let start = std::time::Instant::now();
+    let v = violations(&src, &narrow());
+    assert_eq!(v.len(), 10_000);
+    assert_eq!(v[9_999].pos(), Pos::new(30_000, 9));
+    let _ = RestrictError::Violations {
+        origin: "t".into(),
+        policy: "p".into(),
+        violations: v,
+    }
+    .to_string();
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn accepts_many_regions_quickly() {
+    let mut src = String::from("fn main(x) {\n");
+    for i in 0..8_000 {
+        src.push_str(&format!(
+            "// @private obfuscate\nlet y{i} = add(x, x);\n// @end obfuscate\n"
+        ));
+    }
+    src.push_str("return x;\n}\n");
+    let start = std::time::Instant::now();
+    let c = check(&src, "t.eng", &narrow()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.report().private_ranges.len(), 8_000);
+    assert_eq!(c.report().calls_checked, 8_000);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}

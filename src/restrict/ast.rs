@@ -118,13 +118,3 @@ impl BinOp {
         }
     }
 }
-
-impl Function {
-    /// The statements of the body in order, as (first line, last line) pairs, `return` last.
-    pub fn statement_lines(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        self.lets
-            .iter()
-            .map(|l| (l.first_line, l.last_line))
-            .chain(std::iter::once((self.ret.first_line, self.ret.last_line)))
-    }
-}

@@ -47,7 +47,15 @@ pub struct Excerpt {
 impl Excerpt {
     /// The excerpt of `source` at `pos`; an out-of-range position shows an empty line.
     pub fn new(source: &str, pos: Pos) -> Excerpt {
-        let line = line_text(source, pos.line);
+        Excerpt::of_line(line_text(source, pos.line), pos)
+    }
+
+    /// The excerpt at `pos`, finding the line through `index` (for many errors in one source).
+    pub fn indexed(source: &str, index: &LineIndex, pos: Pos) -> Excerpt {
+        Excerpt::of_line(index.line(source, pos.line), pos)
+    }
+
+    fn of_line(line: &str, pos: Pos) -> Excerpt {
         let col = (pos.col as usize).max(1);
         // Cut long lines to a window around the column so a 1 MiB line prints short.
         let start = col.saturating_sub(EXCERPT_WIDTH / 2).min(line.len());
@@ -82,6 +90,51 @@ impl Excerpt {
     /// The position pointed at.
     pub fn pos(&self) -> Pos {
         self.pos
+    }
+}
+
+/// Where each line of a source starts, so finding a line is not a scan of the whole source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    /// Index `source`.
+    pub fn new(source: &str) -> LineIndex {
+        let mut starts = vec![0];
+        starts.extend(
+            source
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        LineIndex { starts }
+    }
+
+    /// Number of lines (a trailing newline starts an empty last line).
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Whether there are no lines (never: an empty source has one empty line).
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// Line `n` (1-based), without its line ending; empty when out of range.
+    pub fn line<'a>(&self, source: &'a str, n: u32) -> &'a str {
+        let idx = (n as usize).saturating_sub(1);
+        let Some(&start) = self.starts.get(idx) else {
+            return "";
+        };
+        let end = self
+            .starts
+            .get(idx + 1)
+            .map_or(source.len(), |&next| next.saturating_sub(1));
+        let text = source.get(start..end).unwrap_or("");
+        text.strip_suffix('\r').unwrap_or(text)
     }
 }
 
@@ -124,6 +177,13 @@ impl<K> Located<K> {
         Located {
             kind,
             excerpt: Excerpt::new(source, pos),
+        }
+    }
+    /// An error at `pos`, finding the line through `index`.
+    pub fn indexed(kind: K, source: &str, index: &LineIndex, pos: Pos) -> Located<K> {
+        Located {
+            kind,
+            excerpt: Excerpt::indexed(source, index, pos),
         }
     }
     /// Where it happened.

@@ -76,10 +76,22 @@ impl Region {
     }
 }
 
-/// The private regions of an engine, in order of their opening markers.
+/// The private regions of an engine, in order of their opening markers, and for each line the
+/// innermost region holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Regions {
     list: Vec<Region>,
+    /// Index 0 is unused; `by_line[n]` is the innermost region of line `n`.
+    by_line: Vec<Option<u32>>,
+}
+
+/// Where a marker line sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Between function definitions.
+    TopLevel,
+    /// Between the statements of function `i`'s body.
+    Body(usize),
 }
 
 impl Regions {
@@ -134,55 +146,42 @@ impl Regions {
                 pos,
             ));
         }
-        Ok(Regions { list })
-    }
-
-    /// Check that no region boundary splits a construct of `program`.
-    pub fn check_constructs(&self, source: &str, program: &Program) -> Result<(), SyntaxError> {
-        for r in &self.list {
-            for f in &program.functions {
-                let (fs, fe) = (f.first_line, f.last_line);
-                let disjoint = r.end_line < fs || fe < r.start_line;
-                let covers = r.start_line < fs && fe < r.end_line;
-                if disjoint || covers {
-                    continue;
-                }
-                let what = |w: String| SyntaxErrorKind::SplitsConstruct { what: w };
-                let in_body = f.open_line < r.start_line && r.end_line < f.last_line;
-                if !in_body {
-                    // The boundary that falls inside the definition is the one to point at.
-                    let line = if (fs..=fe).contains(&r.start_line) {
-                        r.start_line
-                    } else {
-                        r.end_line
-                    };
-                    return Err(marker_error(
-                        source,
-                        line,
-                        what(format!("function `{}` (lines {fs}-{fe})", f.name.name)),
-                    ));
-                }
-                for (ss, se) in f.statement_lines() {
-                    let ok = r.end_line < ss
-                        || se < r.start_line
-                        || (r.start_line < ss && se < r.end_line);
-                    if !ok {
-                        let line = if (ss..=se).contains(&r.start_line) {
-                            r.start_line
-                        } else {
-                            r.end_line
-                        };
-                        return Err(marker_error(
-                            source,
-                            line,
-                            what(format!(
-                                "a statement of `{}` (lines {ss}-{se})",
-                                f.name.name
-                            )),
-                        ));
-                    }
+        // Regions nest at most two deep, so filling outer then inner regions touches each line
+        // at most twice.
+        let lines = source.bytes().filter(|&b| b == b'\n').count() + 2;
+        let mut by_line = vec![None; lines];
+        for (i, r) in list.iter().enumerate() {
+            for line in r.start_line..=r.end_line {
+                if let Some(slot) = by_line.get_mut(line as usize) {
+                    *slot = u32::try_from(i).ok();
                 }
             }
+        }
+        Ok(Regions { list, by_line })
+    }
+
+    /// Check that no region boundary splits a construct of `program`: both markers of a region
+    /// must sit between function definitions, or both between the statements of one body.
+    pub fn check_constructs(&self, source: &str, program: &Program) -> Result<(), SyntaxError> {
+        for r in &self.list {
+            let open = place(program, r.start_line)
+                .map_err(|what| marker_error(source, r.start_line, what))?;
+            let close = place(program, r.end_line)
+                .map_err(|what| marker_error(source, r.end_line, what))?;
+            if open == close {
+                continue;
+            }
+            // Point at the marker inside a body (the closing one when both are).
+            let (line, f) = match (open, close) {
+                (_, Place::Body(f)) => (r.end_line, f),
+                (Place::Body(f), _) => (r.start_line, f),
+                (Place::TopLevel, Place::TopLevel) => continue,
+            };
+            let what = program
+                .functions
+                .get(f)
+                .map_or_else(String::new, |f| describe_function(f));
+            return Err(marker_error(source, line, what));
         }
         Ok(())
     }
@@ -194,8 +193,8 @@ impl Regions {
 
     /// The innermost region containing `line`.
     pub fn innermost(&self, line: u32) -> Option<&Region> {
-        // Regions are listed in opening order and nest, so the last match is the innermost.
-        self.list.iter().rev().find(|r| r.contains(line))
+        let i = self.by_line.get(line as usize).copied().flatten()?;
+        self.list.get(i as usize)
     }
 
     /// Whether `line` is private (inside any region).
@@ -203,15 +202,49 @@ impl Regions {
         self.innermost(line).is_some()
     }
 
-    /// The hide region containing `line`, if any.
+    /// The hide region containing `line`, if any (nothing nests inside a hide region, so it is
+    /// the innermost).
     pub fn hidden_by(&self, line: u32) -> Option<&Region> {
-        self.list
-            .iter()
-            .find(|r| r.kind == RegionKind::Hide && r.contains(line))
+        self.innermost(line).filter(|r| r.kind == RegionKind::Hide)
     }
 }
 
-fn marker_error(source: &str, line: u32, kind: SyntaxErrorKind) -> SyntaxError {
+fn describe_function(f: &super::ast::Function) -> String {
+    format!(
+        "function `{}` (lines {}-{})",
+        f.name.name, f.first_line, f.last_line
+    )
+}
+
+/// Where a marker on `line` sits, or the construct it falls inside.
+fn place(program: &Program, line: u32) -> Result<Place, String> {
+    // Functions follow each other in source order without overlapping.
+    let idx = program.functions.partition_point(|f| f.first_line <= line);
+    let Some(f) = idx.checked_sub(1).and_then(|i| program.functions.get(i)) else {
+        return Ok(Place::TopLevel);
+    };
+    if line > f.last_line {
+        return Ok(Place::TopLevel);
+    }
+    if !(f.open_line < line && line < f.last_line) {
+        return Err(describe_function(f));
+    }
+    let statement =
+        |first: u32, last: u32| format!("a statement of `{}` (lines {first}-{last})", f.name.name);
+    let k = f.lets.partition_point(|l| l.first_line <= line);
+    if let Some(l) = k.checked_sub(1).and_then(|i| f.lets.get(i)) {
+        if line <= l.last_line {
+            return Err(statement(l.first_line, l.last_line));
+        }
+    }
+    if f.ret.first_line <= line && line <= f.ret.last_line {
+        return Err(statement(f.ret.first_line, f.ret.last_line));
+    }
+    Ok(Place::Body(idx - 1))
+}
+
+fn marker_error(source: &str, line: u32, what: String) -> SyntaxError {
+    let kind = SyntaxErrorKind::SplitsConstruct { what };
     // The marker is the first non-blank text of its line.
     let text = super::diagnostic::line_text(source, line);
     let col = text.len() - text.trim_start().len() + 1;

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::ast::{Expr, ExprKind, Function, Ident, Program};
 use super::builtins::Builtin;
-use super::diagnostic::{Located, Pos};
+use super::diagnostic::{LineIndex, Located, Pos};
 use super::error::{ProgramError, ProgramErrorKind};
 
 /// The name of the scan form.
@@ -78,6 +78,7 @@ pub struct Resolved {
 pub fn resolve(source: &str, program: &Program) -> Result<Resolved, Vec<ProgramError>> {
     let mut r = Resolver {
         source,
+        lines: LineIndex::new(source),
         functions: HashMap::new(),
         out: Resolved {
             syms: BTreeMap::new(),
@@ -85,7 +86,7 @@ pub fn resolve(source: &str, program: &Program) -> Result<Resolved, Vec<ProgramE
             calls: Vec::new(),
         },
         errors: Vec::new(),
-        scope: Vec::new(),
+        scope: HashMap::new(),
         current: 0,
         arities: program.functions.iter().map(|f| f.params.len()).collect(),
     };
@@ -129,17 +130,20 @@ pub fn resolve(source: &str, program: &Program) -> Result<Resolved, Vec<ProgramE
 
 struct Resolver<'a> {
     source: &'a str,
+    lines: LineIndex,
     functions: HashMap<&'a str, usize>,
     out: Resolved,
     errors: Vec<ProgramError>,
-    scope: Vec<(String, usize)>,
+    /// The bindings visible now: a name's latest parameter or `let`.
+    scope: HashMap<String, usize>,
     current: usize,
     arities: Vec<usize>,
 }
 
 impl<'a> Resolver<'a> {
     fn error(&mut self, kind: ProgramErrorKind, pos: Pos) {
-        self.errors.push(Located::new(kind, self.source, pos));
+        self.errors
+            .push(Located::indexed(kind, self.source, &self.lines, pos));
     }
 
     fn is_function_name(&self, name: &str) -> bool {
@@ -162,7 +166,7 @@ impl<'a> Resolver<'a> {
             func: self.current,
         });
         self.out.syms.insert(ident.start, Sym::Local(id));
-        self.scope.push((ident.name.clone(), id));
+        self.scope.insert(ident.name.clone(), id);
     }
 
     fn function(&mut self, index: usize, f: &Function) {
@@ -188,11 +192,7 @@ impl<'a> Resolver<'a> {
     }
 
     fn lookup(&self, name: &str) -> Option<usize> {
-        self.scope
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|&(_, id)| id)
+        self.scope.get(name).copied()
     }
 
     fn expr(&mut self, e: &Expr) {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::ast::Program;
 use super::builtins::Builtin;
-use super::diagnostic::{Excerpt, Pos};
+use super::diagnostic::{Excerpt, LineIndex, Pos};
 use super::error::{RestrictError, Via, Violation};
 use super::lexer::lex;
 use super::parser::parse;
@@ -142,6 +142,13 @@ fn check_policy(
     policy: &Policy,
 ) -> PolicyOutcome {
     let reach = reachable_builtins(program.functions.len(), resolved);
+    let lines = LineIndex::new(source);
+    let mut callees: Vec<Vec<usize>> = vec![Vec::new(); program.functions.len()];
+    for c in &resolved.calls {
+        if let (Target::Function(g), Some(list)) = (c.target, callees.get_mut(c.caller)) {
+            list.push(g);
+        }
+    }
     let name = |i: usize| {
         program
             .functions
@@ -163,12 +170,12 @@ fn check_policy(
                     violations.push(Violation {
                         builtin: b.name().to_owned(),
                         via: None,
-                        excerpt: Excerpt::new(source, call.pos),
+                        excerpt: Excerpt::indexed(source, &lines, call.pos),
                     });
                 }
             }
             Target::Function(g) => {
-                collect_reachable(g, resolved, &mut reached_functions);
+                collect_reachable(g, &callees, &mut reached_functions);
                 let Some(reached) = reach.get(g) else {
                     continue;
                 };
@@ -181,7 +188,7 @@ fn check_policy(
                                 caller: name(caller),
                                 at,
                             }),
-                            excerpt: Excerpt::new(source, call.pos),
+                            excerpt: Excerpt::indexed(source, &lines, call.pos),
                         });
                     }
                 }
@@ -251,16 +258,11 @@ fn reachable_builtins(n: usize, resolved: &Resolved) -> Vec<BTreeMap<Builtin, (u
     reach
 }
 
-fn collect_reachable(start: usize, resolved: &Resolved, seen: &mut BTreeSet<usize>) {
+fn collect_reachable(start: usize, callees: &[Vec<usize>], seen: &mut BTreeSet<usize>) {
     let mut todo = vec![start];
     while let Some(f) = todo.pop() {
-        if !seen.insert(f) {
-            continue;
-        }
-        for c in resolved.calls.iter().filter(|c| c.caller == f) {
-            if let Target::Function(g) = c.target {
-                todo.push(g);
-            }
+        if seen.insert(f) {
+            todo.extend(callees.get(f).map(Vec::as_slice).unwrap_or_default());
         }
     }
 }
