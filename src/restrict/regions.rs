@@ -180,7 +180,7 @@ impl Regions {
             let what = program
                 .functions
                 .get(f)
-                .map_or_else(String::new, |f| describe_function(f));
+                .map_or_else(String::new, describe_function);
             return Err(marker_error(source, line, what));
         }
         Ok(())
