@@ -243,6 +243,30 @@ fn add2(a, b) {
 }
 
 #[test]
+fn plans_and_values_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Plan>();
+    send_sync::<Value>();
+    send_sync::<runner::restrict::Checked>();
+}
+
+#[test]
+fn rejects_stacks_whose_layers_differ() {
+    let odd = Value::record(Record::new().with("norm", Value::Weight(weight(&[8], 1))));
+    let model = Record::new().with("layers", Value::stack(vec![layer(1), odd]));
+    let e = Inputs::new()
+        .with("model", Value::record(model))
+        .signature()
+        .unwrap_err();
+    assert_eq!(e.name, "model");
+    assert!(
+        e.why.starts_with("layers: element 1 is a record {norm}"),
+        "{}",
+        e.why
+    );
+}
+
+#[test]
 fn scalar_arithmetic_follows_precedence() {
     let src = "fn main(x) {\n  return scale(x, -(1 + 2 * 3) / 2 - -1);\n}\n";
     let inputs = Inputs::new().with(

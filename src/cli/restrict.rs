@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::CliResult;
 use crate::error::{Diagnose, Exit};
-use crate::restrict::{self, RestrictError};
+use crate::restrict;
 use crate::trust::policy::Policy;
 
 /// Flags of `runner restrict`.
@@ -82,16 +82,12 @@ pub fn restrict(args: RestrictArgs) -> CliResult {
         path: args.engine.clone(),
         source,
     })?;
-    let source = restrict::source_from_bytes(&bytes).map_err(|error| RestrictError::Syntax {
-        origin: origin.clone(),
-        error,
-    })?;
     if let Some(view) = &args.view {
         if same_file(view, &args.engine) {
             return Err(RestrictCliError::ViewIsEngine { path: view.clone() }.into());
         }
     }
-    let checked = restrict::check(source, &origin, &policy)?;
+    let checked = restrict::check_bytes(&bytes, &origin, &policy)?;
     if let Some(view) = &args.view {
         write_atomic(view, checked.view().as_bytes()).map_err(|source| {
             RestrictCliError::WriteView {

@@ -34,8 +34,10 @@ pub use error::{
 pub use lexer::source_from_bytes;
 pub use regions::{Region, RegionKind};
 pub use report::Report;
-pub use value::{Inputs, Record, Signature, State, StateHandle, StateKind, Type, Value};
-pub use verify::{check, Checked};
+pub use value::{
+    InputError, Inputs, Record, Signature, State, StateHandle, StateKind, Type, Value,
+};
+pub use verify::{check, check_bytes, Checked};
 
 /// Version of the restrict verifier. It is part of every `policy_id`, so a policy approved under
 /// one verifier is not silently trusted under another.

@@ -259,7 +259,7 @@ impl fmt::Display for Type {
                 let names: Vec<&str> = fields.keys().map(String::as_str).collect();
                 write!(f, "a record {{{}}}", names.join(", "))
             }
-            Type::Stack(n, t) => write!(f, "a stack of {n} × {t}"),
+            Type::Stack(n, t) => write!(f, "a stack of {n} ({t})"),
             Type::State(k) => f.write_str(k.describe()),
         }
     }
@@ -427,12 +427,35 @@ impl Inputs {
         self.values.keys().map(String::as_str)
     }
     /// The types of the inputs, which a plan is compiled for.
-    pub fn signature(&self) -> Result<Signature, (String, String)> {
+    pub fn signature(&self) -> Result<Signature, InputError> {
         let mut types = BTreeMap::new();
         for (k, v) in &self.values {
-            types.insert(k.clone(), Type::of(v).map_err(|e| (k.clone(), e))?);
+            let t = Type::of(v).map_err(|why| InputError {
+                name: k.clone(),
+                why,
+            })?;
+            types.insert(k.clone(), t);
         }
         Ok(Signature { types })
+    }
+}
+
+/// An input that has no type: a stack whose elements differ, or an empty stack.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("input `{name}` is not a well-formed value: {why}")]
+pub struct InputError {
+    /// The input.
+    pub name: String,
+    /// What is wrong, with the path inside it (e.g. `layers: element 3 is ...`).
+    pub why: String,
+}
+
+impl crate::error::Diagnose for InputError {
+    fn exit(&self) -> crate::error::Exit {
+        crate::error::Exit::BadInput
+    }
+    fn hint(&self) -> Option<String> {
+        Some("every layer record of a stack must have the same fields and kinds".into())
     }
 }
 

@@ -129,6 +129,15 @@ pub fn check(source: &str, origin: &str, policy: &Policy) -> Result<Checked, Res
     })
 }
 
+/// [`check`] for raw file bytes: anything but ASCII is refused with its line:col first.
+pub fn check_bytes(source: &[u8], origin: &str, policy: &Policy) -> Result<Checked, RestrictError> {
+    let text = super::lexer::source_from_bytes(source).map_err(|error| RestrictError::Syntax {
+        origin: origin.to_owned(),
+        error,
+    })?;
+    check(text, origin, policy)
+}
+
 struct PolicyOutcome {
     violations: Vec<Violation>,
     calls_checked: usize,
