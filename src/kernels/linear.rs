@@ -19,9 +19,9 @@ use super::simd::{self, Isa, LANES};
 use super::tensor::{DType, Tensor, Weight};
 
 /// Weight rows per decoded tile.
-const NB: usize = 16;
+const NB: usize = 8;
 /// Inner elements per decoded tile (a multiple of `LANES`, so lane order is preserved).
-const KB: usize = 256;
+const KB: usize = 1024;
 /// x rows per block sharing one decoded tile.
 const MB: usize = 64;
 /// Micro-kernel rows of x.
@@ -117,6 +117,15 @@ fn check(
 trait Rows: Sync {
     /// Decode elements `start..start + out.len()` into `out`.
     fn decode(&self, start: usize, out: &mut [f32]);
+    /// [`Rows::decode`] for the AVX2 path; same values.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
+        self.decode(start, out);
+    }
 }
 
 struct WeightRows<'a> {
@@ -145,6 +154,19 @@ impl Rows for WeightRows<'_> {
                     *o = simd::f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
                 }
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
+        let bytes = &self.bytes[start * 2..(start + out.len()) * 2];
+        match self.dtype {
+            DType::F32 => self.decode(start, out),
+            // SAFETY: the caller guarantees AVX2, FMA and F16C (this trait method's contract).
+            DType::BF16 => unsafe { simd::decode16_avx2(bytes, false, out) },
+            // SAFETY: as above.
+            DType::F16 => unsafe { simd::decode16_avx2(bytes, true, out) },
         }
     }
 }
@@ -192,14 +214,14 @@ fn columns_on<S: Rows>(
     cols: Range<usize>,
 ) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, cols: Range<usize>) -> Vec<f32> {
         columns::<S, true>(x, m, k, w, cols)
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2Fma` only reaches here from `simd::isa()` (see `linear_on`), which
-        // returns it only after `is_x86_feature_detected!` confirmed AVX2 and FMA.
+        // returns it only after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C.
         Isa::Avx2Fma => unsafe { avx2(x, m, k, w, cols) },
         _ => columns::<S, false>(x, m, k, w, cols),
     }
@@ -229,7 +251,15 @@ fn columns<S: Rows, const AVX2: bool>(
             while k0 < k {
                 let kb = KB.min(k - k0);
                 for j in 0..nb {
-                    w.decode((n0 + j) * k + k0, &mut wbuf[j * KB..j * KB + kb]);
+                    let dst = &mut wbuf[j * KB..j * KB + kb];
+                    #[cfg(target_arch = "x86_64")]
+                    if AVX2 {
+                        // SAFETY: `AVX2` is true only in the instantiation `columns_on` runs
+                        // after detecting AVX2, FMA and F16C.
+                        unsafe { w.decode_avx2((n0 + j) * k + k0, dst) };
+                        continue;
+                    }
+                    w.decode((n0 + j) * k + k0, dst);
                 }
                 let t = Tile {
                     x,
