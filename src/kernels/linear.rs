@@ -41,8 +41,8 @@ pub fn linear_portable(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
     linear_on(Isa::Portable, x, w)
 }
 
-/// [`linear`] on a chosen instruction set. `isa` must be supported by this CPU; pass
-/// [`simd::isa()`](super::isa) or [`Isa::Portable`].
+/// [`linear`] on a chosen instruction set: [`Isa::Portable`], or any other value for the one
+/// detected on this CPU (so an unsupported request can never run). Results are identical.
 pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
     let isa = if isa == Isa::Portable {
         isa
