@@ -1,4 +1,5 @@
-//! Quick timing of the hot kernels: `cargo run --release --example kernel_bench [threads]`.
+//! Quick timing of the hot kernels:
+//! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes).
 //! Prints the median of several runs for each shape, in GFLOP/s (2 flops per multiply-add).
 
 use std::time::Instant;
@@ -66,8 +67,33 @@ fn main() {
         "scoped thread spawn+join: median {:.1} us",
         median(spawn) * 1e6
     );
+    let big = vec![1u64; 1 << 25];
+    let reads: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let s: u64 = big
+                .chunks(8)
+                .map(|c| c.iter().fold(0u64, |a, &b| a ^ b))
+                .sum();
+            std::hint::black_box(s);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    println!(
+        "one-thread streaming read: {:.1} GB/s (median of 5 passes over 256 MiB)",
+        (8usize << 25) as f64 / median(reads) / 1e9
+    );
     let quick = std::env::var("QUICK").is_ok();
-    let shapes: &[(usize, usize, usize)] = if quick {
+    let custom: Vec<(usize, usize, usize)> = std::env::args()
+        .skip(2)
+        .filter_map(|a| {
+            let v: Vec<usize> = a.split(',').filter_map(|p| p.parse().ok()).collect();
+            (v.len() == 3).then(|| (v[0], v[1], v[2]))
+        })
+        .collect();
+    let shapes: &[(usize, usize, usize)] = if !custom.is_empty() {
+        &custom
+    } else if quick {
         &[
             (1, 640, 2048),
             (32, 640, 2048),

@@ -117,6 +117,10 @@ fn check(
 trait Rows: Sync {
     /// Decode elements `start..start + out.len()` into `out`.
     fn decode(&self, start: usize, out: &mut [f32]);
+    /// The stored bytes and dtype, when the rows are a stored weight.
+    fn raw(&self) -> Option<(&[u8], DType)> {
+        None
+    }
     /// [`Rows::decode`] for the AVX2 path; same values.
     ///
     /// # Safety
@@ -134,6 +138,10 @@ struct WeightRows<'a> {
 }
 
 impl Rows for WeightRows<'_> {
+    fn raw(&self) -> Option<(&[u8], DType)> {
+        Some((self.bytes, self.dtype))
+    }
+
     #[inline(always)]
     fn decode(&self, start: usize, out: &mut [f32]) {
         let s = self.dtype.size();
@@ -216,6 +224,11 @@ fn columns_on<S: Rows>(
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, cols: Range<usize>) -> Vec<f32> {
+        if m == 1 {
+            if let Some((bytes, dtype)) = w.raw() {
+                return gemv_avx2(x, bytes, dtype, k, cols);
+            }
+        }
         columns::<S, true>(x, m, k, w, cols)
     }
     match isa {
@@ -392,6 +405,92 @@ impl Tile<'_> {
             }
         }
     }
+}
+
+/// Rows of w decoded straight into registers, for a single x row (decode at batch 1 is
+/// bandwidth-bound, so the tile buffer's extra store and load would only cost). Same per-lane
+/// order as every other path; `cols` are the output columns (weight rows) to compute.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn gemv_avx2(x: &[f32], bytes: &[u8], dtype: DType, k: usize, cols: Range<usize>) -> Vec<f32> {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
+        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps,
+        _mm_loadu_si128,
+    };
+    /// 16 consecutive elements of a weight row, decoded into two registers.
+    #[inline(always)]
+    fn load16(bytes: &[u8], dtype: DType, at: usize) -> [__m256; 2] {
+        let s = dtype.size();
+        let b = &bytes[at * s..(at + LANES) * s];
+        // SAFETY: `b` was just bounds-checked to hold 16 elements of `dtype` (64 bytes for f32,
+        // 32 for bf16/f16); each unaligned load reads 8 elements of it. This function is only
+        // inlined into `gemv_avx2`, which requires AVX2, FMA and F16C.
+        unsafe {
+            match dtype {
+                DType::F32 => {
+                    let p = b.as_ptr().cast::<f32>();
+                    [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
+                }
+                DType::BF16 => {
+                    let p = b.as_ptr().cast::<__m128i>();
+                    let wide =
+                        |v| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)));
+                    [wide(_mm_loadu_si128(p)), wide(_mm_loadu_si128(p.add(1)))]
+                }
+                DType::F16 => {
+                    let p = b.as_ptr().cast::<__m128i>();
+                    [
+                        _mm256_cvtph_ps(_mm_loadu_si128(p)),
+                        _mm256_cvtph_ps(_mm_loadu_si128(p.add(1))),
+                    ]
+                }
+            }
+        }
+    }
+    const ROWS: usize = 4;
+    let x = &x[..k];
+    let full = k - k % LANES;
+    let mut out = vec![0.0f32; cols.len()];
+    let mut tail = vec![0.0f32; k - full];
+    for (oc, j0) in out.chunks_mut(ROWS).zip(cols.clone().step_by(ROWS)) {
+        let rows = oc.len();
+        let mut a = [[_mm256_setzero_ps(); 2]; ROWS];
+        let mut kk = 0;
+        while kk < full {
+            let xs = &x[kk..kk + LANES];
+            // SAFETY: `xs` holds exactly 16 f32s; each load reads 8 of them.
+            let xv = unsafe {
+                [
+                    _mm256_loadu_ps(xs.as_ptr()),
+                    _mm256_loadu_ps(xs.as_ptr().add(8)),
+                ]
+            };
+            for (r, ar) in a.iter_mut().enumerate().take(rows) {
+                let wv = load16(bytes, dtype, (j0 + r) * k + kk);
+                ar[0] = _mm256_fmadd_ps(xv[0], wv[0], ar[0]);
+                ar[1] = _mm256_fmadd_ps(xv[1], wv[1], ar[1]);
+            }
+            kk += LANES;
+        }
+        for (r, o) in oc.iter_mut().enumerate() {
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: `lanes` holds exactly 16 f32s; each store writes 8 of them.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), a[r][0]);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a[r][1]);
+            }
+            if full < k {
+                let row = (j0 + r) * k;
+                WeightRows { bytes, dtype }.decode(row + full, &mut tail);
+                for ((l, xv), wv) in lanes.iter_mut().zip(&x[full..]).zip(&tail) {
+                    *l = xv.mul_add(*wv, *l);
+                }
+            }
+            *o = simd::reduce_lanes(&lanes);
+        }
+    }
+    out
 }
 
 /// The AVX2 register micro-kernel: the same per-lane fused multiply-adds as the portable loop,
