@@ -19,9 +19,9 @@ use super::simd::{self, Isa, LANES};
 use super::tensor::{DType, Tensor, Weight};
 
 /// Weight rows per decoded tile.
-const NB: usize = 16;
+const NB: usize = 8;
 /// Inner elements per decoded tile (a multiple of `LANES`, so lane order is preserved).
-const KB: usize = 256;
+const KB: usize = 1024;
 /// x rows per block sharing one decoded tile.
 const MB: usize = 64;
 /// Micro-kernel rows of x.
@@ -41,8 +41,8 @@ pub fn linear_portable(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
     linear_on(Isa::Portable, x, w)
 }
 
-/// [`linear`] on a chosen instruction set. `isa` must be supported by this CPU; pass
-/// [`simd::isa()`](super::isa) or [`Isa::Portable`].
+/// [`linear`] on a chosen instruction set: [`Isa::Portable`], or any other value for the one
+/// detected on this CPU (so an unsupported request can never run). Results are identical.
 pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
     let isa = if isa == Isa::Portable {
         isa
@@ -117,6 +117,19 @@ fn check(
 trait Rows: Sync {
     /// Decode elements `start..start + out.len()` into `out`.
     fn decode(&self, start: usize, out: &mut [f32]);
+    /// The stored bytes and dtype, when the rows are a stored weight.
+    fn raw(&self) -> Option<(&[u8], DType)> {
+        None
+    }
+    /// [`Rows::decode`] for the AVX2 path; same values.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
+        self.decode(start, out);
+    }
 }
 
 struct WeightRows<'a> {
@@ -125,6 +138,10 @@ struct WeightRows<'a> {
 }
 
 impl Rows for WeightRows<'_> {
+    fn raw(&self) -> Option<(&[u8], DType)> {
+        Some((self.bytes, self.dtype))
+    }
+
     #[inline(always)]
     fn decode(&self, start: usize, out: &mut [f32]) {
         let s = self.dtype.size();
@@ -145,6 +162,19 @@ impl Rows for WeightRows<'_> {
                     *o = simd::f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
                 }
             }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
+        let bytes = &self.bytes[start * 2..(start + out.len()) * 2];
+        match self.dtype {
+            DType::F32 => self.decode(start, out),
+            // SAFETY: the caller guarantees AVX2, FMA and F16C (this trait method's contract).
+            DType::BF16 => unsafe { simd::decode16_avx2(bytes, false, out) },
+            // SAFETY: as above.
+            DType::F16 => unsafe { simd::decode16_avx2(bytes, true, out) },
         }
     }
 }
@@ -192,14 +222,19 @@ fn columns_on<S: Rows>(
     cols: Range<usize>,
 ) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, cols: Range<usize>) -> Vec<f32> {
+        if m == 1 {
+            if let Some((bytes, dtype)) = w.raw() {
+                return gemv_avx2(x, bytes, dtype, k, cols);
+            }
+        }
         columns::<S, true>(x, m, k, w, cols)
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2Fma` only reaches here from `simd::isa()` (see `linear_on`), which
-        // returns it only after `is_x86_feature_detected!` confirmed AVX2 and FMA.
+        // returns it only after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C.
         Isa::Avx2Fma => unsafe { avx2(x, m, k, w, cols) },
         _ => columns::<S, false>(x, m, k, w, cols),
     }
@@ -229,7 +264,15 @@ fn columns<S: Rows, const AVX2: bool>(
             while k0 < k {
                 let kb = KB.min(k - k0);
                 for j in 0..nb {
-                    w.decode((n0 + j) * k + k0, &mut wbuf[j * KB..j * KB + kb]);
+                    let dst = &mut wbuf[j * KB..j * KB + kb];
+                    #[cfg(target_arch = "x86_64")]
+                    if AVX2 {
+                        // SAFETY: `AVX2` is true only in the instantiation `columns_on` runs
+                        // after detecting AVX2, FMA and F16C.
+                        unsafe { w.decode_avx2((n0 + j) * k + k0, dst) };
+                        continue;
+                    }
+                    w.decode((n0 + j) * k + k0, dst);
                 }
                 let t = Tile {
                     x,
@@ -362,6 +405,92 @@ impl Tile<'_> {
             }
         }
     }
+}
+
+/// Rows of w decoded straight into registers, for a single x row (decode at batch 1 is
+/// bandwidth-bound, so the tile buffer's extra store and load would only cost). Same per-lane
+/// order as every other path; `cols` are the output columns (weight rows) to compute.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn gemv_avx2(x: &[f32], bytes: &[u8], dtype: DType, k: usize, cols: Range<usize>) -> Vec<f32> {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
+        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps,
+        _mm_loadu_si128,
+    };
+    /// 16 consecutive elements of a weight row, decoded into two registers.
+    #[inline(always)]
+    fn load16(bytes: &[u8], dtype: DType, at: usize) -> [__m256; 2] {
+        let s = dtype.size();
+        let b = &bytes[at * s..(at + LANES) * s];
+        // SAFETY: `b` was just bounds-checked to hold 16 elements of `dtype` (64 bytes for f32,
+        // 32 for bf16/f16); each unaligned load reads 8 elements of it. This function is only
+        // inlined into `gemv_avx2`, which requires AVX2, FMA and F16C.
+        unsafe {
+            match dtype {
+                DType::F32 => {
+                    let p = b.as_ptr().cast::<f32>();
+                    [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
+                }
+                DType::BF16 => {
+                    let p = b.as_ptr().cast::<__m128i>();
+                    let wide =
+                        |v| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)));
+                    [wide(_mm_loadu_si128(p)), wide(_mm_loadu_si128(p.add(1)))]
+                }
+                DType::F16 => {
+                    let p = b.as_ptr().cast::<__m128i>();
+                    [
+                        _mm256_cvtph_ps(_mm_loadu_si128(p)),
+                        _mm256_cvtph_ps(_mm_loadu_si128(p.add(1))),
+                    ]
+                }
+            }
+        }
+    }
+    const ROWS: usize = 4;
+    let x = &x[..k];
+    let full = k - k % LANES;
+    let mut out = vec![0.0f32; cols.len()];
+    let mut tail = vec![0.0f32; k - full];
+    for (oc, j0) in out.chunks_mut(ROWS).zip(cols.clone().step_by(ROWS)) {
+        let rows = oc.len();
+        let mut a = [[_mm256_setzero_ps(); 2]; ROWS];
+        let mut kk = 0;
+        while kk < full {
+            let xs = &x[kk..kk + LANES];
+            // SAFETY: `xs` holds exactly 16 f32s; each load reads 8 of them.
+            let xv = unsafe {
+                [
+                    _mm256_loadu_ps(xs.as_ptr()),
+                    _mm256_loadu_ps(xs.as_ptr().add(8)),
+                ]
+            };
+            for (r, ar) in a.iter_mut().enumerate().take(rows) {
+                let wv = load16(bytes, dtype, (j0 + r) * k + kk);
+                ar[0] = _mm256_fmadd_ps(xv[0], wv[0], ar[0]);
+                ar[1] = _mm256_fmadd_ps(xv[1], wv[1], ar[1]);
+            }
+            kk += LANES;
+        }
+        for (r, o) in oc.iter_mut().enumerate() {
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: `lanes` holds exactly 16 f32s; each store writes 8 of them.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), a[r][0]);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a[r][1]);
+            }
+            if full < k {
+                let row = (j0 + r) * k;
+                WeightRows { bytes, dtype }.decode(row + full, &mut tail);
+                for ((l, xv), wv) in lanes.iter_mut().zip(&x[full..]).zip(&tail) {
+                    *l = xv.mul_add(*wv, *l);
+                }
+            }
+            *o = simd::reduce_lanes(&lanes);
+        }
+    }
+    out
 }
 
 /// The AVX2 register micro-kernel: the same per-lane fused multiply-adds as the portable loop,

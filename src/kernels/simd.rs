@@ -18,7 +18,7 @@ pub(crate) const LANES: usize = 16;
 pub enum Isa {
     /// Plain Rust, no target features assumed (same results, slower without FMA hardware).
     Portable,
-    /// x86-64 with AVX2 and FMA.
+    /// x86-64 with AVX2, FMA and F16C.
     Avx2Fma,
 }
 
@@ -45,7 +45,10 @@ pub fn isa() -> Isa {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> Isa {
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
         Isa::Avx2Fma
     } else {
         Isa::Portable
@@ -65,15 +68,15 @@ macro_rules! with_isa {
         $(#[$m])*
         fn $name $(<$($g: $b),*>)? (isa: $crate::kernels::simd::Isa, $($a: $t),*) -> $r {
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
+            #[target_feature(enable = "avx2,fma,f16c")]
             fn avx2 $(<$($g: $b),*>)? ($($a: $t),*) -> $r {
                 $body($($a),*)
             }
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Isa::Avx2Fma` comes only from `simd::isa()`, which returns it only
-                // after `is_x86_feature_detected!` confirmed AVX2 and FMA on this CPU; the
-                // public entry points map any other request to the detected value.
+                // after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU;
+                // the public entry points map any other request to the detected value.
                 $crate::kernels::simd::Isa::Avx2Fma => unsafe { avx2($($a),*) },
                 _ => $body($($a),*),
             }
@@ -135,6 +138,47 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// Decode little-endian bf16 (`half = false`) or f16 (`half = true`) elements from `bytes`
+/// (2 per element) into `out`, with AVX2/F16C; exactly the values of [`bf16_to_f32`] and
+/// [`f16_to_f32`] (NaN payloads aside).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn decode16_avx2(bytes: &[u8], half: bool, out: &mut [f32]) {
+    use std::arch::x86_64::{
+        __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_slli_epi32,
+        _mm256_storeu_ps, _mm_loadu_si128,
+    };
+    let n = out.len().min(bytes.len() / 2);
+    let (out, bytes) = (&mut out[..n], &bytes[..2 * n]);
+    let mut oc = out.chunks_exact_mut(8);
+    let mut bc = bytes.chunks_exact(16);
+    for (o, b) in (&mut oc).zip(&mut bc) {
+        // SAFETY: `b` holds exactly 16 bytes (one unaligned 128-bit load); `o` holds exactly
+        // 8 f32s (one unaligned 256-bit store).
+        unsafe {
+            let raw = _mm_loadu_si128(b.as_ptr().cast::<__m128i>());
+            let v = if half {
+                _mm256_cvtph_ps(raw)
+            } else {
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
+            };
+            _mm256_storeu_ps(o.as_mut_ptr(), v);
+        }
+    }
+    for (o, c) in oc
+        .into_remainder()
+        .iter_mut()
+        .zip(bc.remainder().chunks_exact(2))
+    {
+        let bits = u16::from_le_bytes([c[0], c[1]]);
+        *o = if half {
+            f16_to_f32(bits)
+        } else {
+            bf16_to_f32(bits)
+        };
+    }
+}
+
 /// bfloat16 bits to f32 (exact).
 #[inline(always)]
 pub(crate) fn bf16_to_f32(bits: u16) -> f32 {
@@ -191,6 +235,34 @@ mod tests {
 
     with_isa! {
         fn dot_on(a: &[f32], b: &[f32]) -> f32 = dot;
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_decoding_matches_scalar_decoding_for_every_bit_pattern() {
+        if isa() != Isa::Avx2Fma {
+            return;
+        }
+        // 65536 patterns plus 3, so the scalar tail runs too.
+        let patterns: Vec<u16> = (0..=u16::MAX).chain([0x0001, 0x8000, 0x3c00]).collect();
+        let bytes: Vec<u8> = patterns.iter().flat_map(|b| b.to_le_bytes()).collect();
+        for half in [false, true] {
+            let mut out = vec![0.0f32; patterns.len()];
+            // SAFETY: `isa()` reported AVX2, FMA and F16C above.
+            unsafe { decode16_avx2(&bytes, half, &mut out) };
+            for (&bits, got) in patterns.iter().zip(&out) {
+                let want = if half {
+                    f16_to_f32(bits)
+                } else {
+                    bf16_to_f32(bits)
+                };
+                if want.is_nan() {
+                    assert!(got.is_nan(), "{bits:#06x}");
+                } else {
+                    assert_eq!(got.to_bits(), want.to_bits(), "half={half} {bits:#06x}");
+                }
+            }
+        }
     }
 
     #[test]

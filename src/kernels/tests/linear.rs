@@ -35,23 +35,26 @@ proptest! {
 
 #[test]
 fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
-    // Shapes crossing every blocking boundary: rows > MB, inner > KB with a tail, columns > NB.
-    let (m, k, n) = (70, 531, 37);
+    // Shapes crossing every blocking boundary: rows > MB, inner > KB with a tail, columns > NB;
+    // and a single row (the batch-1 path).
+    let (k, n) = (1061, 37);
     let mut rng = Rng::new(7);
-    let x = tensor(&[m, k], &mut rng, 1.0);
-    for dtype in DTYPES {
-        let w = weight(dtype, &[n, k], &mut rng, 1.0);
-        let wv = reference::weight_values(&w);
-        let w32: Vec<f32> = wv.iter().map(|&v| v as f32).collect();
-        let y = linear(&x, &w).expect("valid shapes");
-        for i in 0..m {
-            for j in 0..n {
-                let want = simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
-                assert_eq!(
-                    y.data()[i * n + j].to_bits(),
-                    want.to_bits(),
-                    "{dtype:?} ({i}, {j})"
-                );
+    for m in [70, 1] {
+        let x = tensor(&[m, k], &mut rng, 1.0);
+        for dtype in DTYPES {
+            let w = weight(dtype, &[n, k], &mut rng, 1.0);
+            let wv = reference::weight_values(&w);
+            let w32: Vec<f32> = wv.iter().map(|&v| v as f32).collect();
+            let y = linear(&x, &w).expect("valid shapes");
+            for i in 0..m {
+                for j in 0..n {
+                    let want = simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
+                    assert_eq!(
+                        y.data()[i * n + j].to_bits(),
+                        want.to_bits(),
+                        "{dtype:?} m={m} ({i}, {j})"
+                    );
+                }
             }
         }
     }
@@ -60,23 +63,25 @@ fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
 #[test]
 fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
     let mut rng = Rng::new(11);
-    let x = tensor(&[5, 640], &mut rng, 1.0);
-    for dtype in DTYPES {
-        let w = weight(dtype, &[300, 640], &mut rng, 0.5);
-        let one = with_threads(1, || linear(&x, &w)).expect("valid");
-        for t in [2, 3] {
-            let many = with_threads(t, || linear(&x, &w)).expect("valid");
-            assert_eq!(bits(&one), bits(&many), "{dtype:?} {t} threads");
+    for (m, k) in [(5, 640), (1, 650)] {
+        let x = tensor(&[m, k], &mut rng, 1.0);
+        for dtype in DTYPES {
+            let w = weight(dtype, &[600, k], &mut rng, 0.5);
+            let one = with_threads(1, || linear(&x, &w)).expect("valid");
+            for t in [2, 3] {
+                let many = with_threads(t, || linear(&x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} {t} threads");
+            }
+            let portable = with_threads(2, || linear_portable(&x, &w)).expect("valid");
+            assert_eq!(
+                bits(&one),
+                bits(&portable),
+                "{dtype:?} m={m} portable vs {:?}",
+                simd::isa()
+            );
+            let asked = linear_on(Isa::Avx2Fma, &x, &w).expect("valid");
+            assert_eq!(bits(&one), bits(&asked), "{dtype:?} m={m} via linear_on");
         }
-        let portable = with_threads(2, || linear_portable(&x, &w)).expect("valid");
-        assert_eq!(
-            bits(&one),
-            bits(&portable),
-            "{dtype:?} portable vs {:?}",
-            simd::isa()
-        );
-        let asked = linear_on(Isa::Avx2Fma, &x, &w).expect("valid");
-        assert_eq!(bits(&one), bits(&asked), "{dtype:?} via linear_on");
     }
 }
 
