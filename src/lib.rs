@@ -7,7 +7,8 @@
 //!   their verification against the operator's trust configuration.
 //! - [`restrict`]: the engine language, its verifier (private regions checked against a policy),
 //!   the owner's redacted view, the compiler and the interpreter.
-//! - [`model`]: model checkpoints, starting with the model digest certificates bind.
+//! - [`model`]: checkpoints (config, memory-mapped weights, digest), tokenizer, synthetic models.
+//! - [`job`]: the job file, the private inputs, and running them.
 //! - [`kernels`]: the tensor operations the engine language calls.
 //! - [`atomic`]: atomic file writes (temporary file, fsync, rename).
 //! - [`cli`]: the command-line front end; thin glue over the modules above.
@@ -16,8 +17,8 @@
 pub mod atomic;
 pub mod cli;
 pub mod error;
-#[allow(unsafe_code)] // SIMD kernels; every block carries a SAFETY comment.
 pub mod job;
+#[allow(unsafe_code)] // SIMD kernels; every block carries a SAFETY comment.
 pub mod kernels;
 pub mod model;
 pub mod restrict;

@@ -1,6 +1,34 @@
 //! Tensor operations the engine language calls (linear, rms_norm, rope, attention, ...).
-//! Every fast kernel has a slow, obviously-correct twin and a test comparing the two.
+//! Every fast kernel has a slow, obviously-correct twin in [`reference`] and a test comparing
+//! the two. Every kernel is deterministic: its result does not depend on the thread count or
+//! on which instruction set ran (see [`simd`] and [`parallel`]). docs/kernels.md summarises
+//! shapes and numerics.
 
+pub mod attention;
+pub mod elementwise;
+pub mod embed;
+pub mod error;
+pub mod linear;
+mod math;
+pub mod norm;
+pub mod parallel;
+pub mod reference;
+pub mod rope;
+pub mod simd;
+pub mod softmax;
 pub mod tensor;
 
+pub use attention::{attention, attention_on, CacheKind, KvCache};
+pub use elementwise::{add, gelu_tanh, mul, scale};
+pub use embed::{embed, round_to_dtype};
+pub use error::KernelError;
+pub use linear::{linear, linear_on, linear_portable, linear_t};
+pub use norm::rms_norm;
+pub use parallel::{set_threads, threads, with_threads, THREADS_ENV};
+pub use rope::{rope, rope_inv_freq};
+pub use simd::{isa, Isa};
+pub use softmax::{argmax, softmax};
 pub use tensor::{DType, Tensor, Weight};
+
+#[cfg(test)]
+mod tests;

@@ -154,6 +154,27 @@ impl Weight {
         let len = bytes.len();
         Weight::new(DType::F32, shape, Arc::new(bytes), 0..len)
     }
+    /// A weight owning `values` rounded to `dtype` (round to nearest even), for tests and small
+    /// synthetic models.
+    pub fn from_values(
+        dtype: DType,
+        shape: Vec<usize>,
+        values: &[f32],
+    ) -> Result<Weight, ShapeMismatch> {
+        let bytes: Vec<u8> = match dtype {
+            DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::BF16 => values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
+                .collect(),
+            DType::F16 => values
+                .iter()
+                .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
+                .collect(),
+        };
+        let len = bytes.len();
+        Weight::new(dtype, shape, Arc::new(bytes), 0..len)
+    }
     /// Storage dtype.
     pub fn dtype(&self) -> DType {
         self.dtype

@@ -1,0 +1,124 @@
+//! Quick timing of the hot kernels:
+//! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes).
+//! Prints the median of several runs for each shape, in GFLOP/s (2 flops per multiply-add).
+
+use std::time::Instant;
+
+use runner::kernels::{self, DType, Isa, Tensor, Weight};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        })
+        .collect()
+}
+
+fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
+    let x = Tensor::new(vec![m, k], values(m * k, 1)).expect("shape");
+    let w = Weight::from_values(dtype, vec![n, k], &values(n * k, 2)).expect("shape");
+    let reps = (2e9 / (2.0 * (m * k * n) as f64)).clamp(5.0, 400.0) as usize;
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        let y = kernels::linear_on(isa, &x, &w).expect("linear");
+        times.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(y);
+    }
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let t = median(times);
+    let gflops = |t: f64| 2.0 * (m * k * n) as f64 / t / 1e9;
+    let gbs = (n * k * dtype.size()) as f64 / t / 1e9;
+    println!(
+        "linear {isa:?} x[{m},{k}] w[{n},{k}] {dtype:?}: median {:.1} us {:.1} GFLOP/s \
+         ({gbs:.1} GB/s weights), best {:.1} GFLOP/s",
+        t * 1e6,
+        gflops(t),
+        gflops(best)
+    );
+}
+
+fn main() {
+    let threads: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    kernels::set_threads(threads);
+    println!("threads {} isa {:?}", kernels::threads(), kernels::isa());
+    let spawn: Vec<f64> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                s.spawn(|| std::hint::black_box(1));
+            });
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    println!(
+        "scoped thread spawn+join: median {:.1} us",
+        median(spawn) * 1e6
+    );
+    let big = vec![1u64; 1 << 25];
+    let reads: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let s: u64 = big
+                .chunks(8)
+                .map(|c| c.iter().fold(0u64, |a, &b| a ^ b))
+                .sum();
+            std::hint::black_box(s);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    println!(
+        "one-thread streaming read: {:.1} GB/s (median of 5 passes over 256 MiB)",
+        (8usize << 25) as f64 / median(reads) / 1e9
+    );
+    let quick = std::env::var("QUICK").is_ok();
+    let custom: Vec<(usize, usize, usize)> = std::env::args()
+        .skip(2)
+        .filter_map(|a| {
+            let v: Vec<usize> = a.split(',').filter_map(|p| p.parse().ok()).collect();
+            (v.len() == 3).then(|| (v[0], v[1], v[2]))
+        })
+        .collect();
+    let shapes: &[(usize, usize, usize)] = if !custom.is_empty() {
+        &custom
+    } else if quick {
+        &[
+            (1, 640, 2048),
+            (32, 640, 2048),
+            (8, 640, 32768),
+            (32, 2048, 640),
+        ]
+    } else {
+        &[
+            (1, 640, 2048),
+            (32, 640, 2048),
+            (128, 640, 2048),
+            (1, 2048, 640),
+            (32, 2048, 640),
+            (8, 640, 262144),
+        ]
+    };
+    for &(m, k, n) in shapes {
+        for dtype in [DType::BF16, DType::F32, DType::F16] {
+            if (quick || n > 100_000) && dtype != DType::BF16 {
+                continue;
+            }
+            bench_linear(kernels::isa(), m, k, n, dtype);
+        }
+    }
+    if !quick {
+        bench_linear(Isa::Portable, 32, 640, 2048, DType::BF16);
+    }
+}

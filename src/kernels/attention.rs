@@ -1,0 +1,486 @@
+//! Grouped-query causal attention over a per-layer key/value cache ([`KvCache`]), global or
+//! sliding-window, with left padding.
+//!
+//! Positions here are *cache columns*: the n-th key/value ever appended to a cache is column n
+//! (0-based), for every sequence of the batch at once. With left padding, sequence `b`'s first
+//! `pad[b]` columns are padding and are never attended. This is how HF masks batched
+//! generation: its causal, sliding-window and padding masks are all over cache positions.
+//!
+//! A query at column `c` of sequence `b` attends to the columns `j` with
+//! `pad[b] <= j <= c`, and, in a sliding cache of window `W`, `j > c - W` (exactly `W` columns
+//! including itself once `c + 1 >= W + pad[b]`). A query that sees no column outputs zeros.
+//!
+//! Numerics, per (sequence, query, head), in f32: `s_j = dot(q, k_j) * scale` (the fixed-order
+//! dot of [`super::simd`]); `m = max s_j`; `e_j = exp(s_j - m)` (correctly rounded);
+//! `sum = Σ e_j` in f64, ascending `j`, rounded to f32; `p_j = e_j / sum`; `out = Σ p_j v_j`
+//! accumulated with fused multiply-adds in ascending `j`. Each output row is computed by one
+//! thread in this order, so results do not depend on the thread count.
+
+use std::ops::Range;
+
+use super::error::KernelError;
+use super::math;
+use super::parallel;
+use super::simd::{self, Isa};
+use super::tensor::Tensor;
+
+/// Multiply-adds below which a thread start does not pay off.
+const MIN_TASK_MACS: usize = 1 << 16;
+
+/// Which keys a cache keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKind {
+    /// Every column, up to `capacity` columns in total (appending past it is an error).
+    Global {
+        /// Most columns the cache will hold.
+        capacity: usize,
+    },
+    /// A ring of the last `window` columns; a query sees exactly the `window` columns ending at
+    /// its own (Gemma 3's `sliding_window`).
+    Sliding {
+        /// Columns kept and attended.
+        window: usize,
+    },
+}
+
+/// One attention layer's key/value cache, in f32.
+///
+/// The interpreter keeps one per layer for a whole batch job and passes it mutably to
+/// [`attention`], which attends and then appends the new keys/values in one call. Storage grows
+/// as columns arrive (never beyond `capacity` or `window` columns), laid out
+/// `[slot][batch][kv_head][head_dim]`; column `c` lives in slot `c` (global) or `c % window`
+/// (sliding).
+#[derive(Clone)]
+pub struct KvCache {
+    kind: CacheKind,
+    batch: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    len: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KvCache<{:?}>[batch {}, kv heads {}, head_dim {}, len {}]",
+            self.kind, self.batch, self.n_kv_heads, self.head_dim, self.len
+        )
+    }
+}
+
+impl KvCache {
+    /// An empty cache for `batch` sequences of `n_kv_heads` heads of `head_dim` values.
+    /// All sizes, and the capacity or window, must be at least 1.
+    pub fn new(
+        kind: CacheKind,
+        batch: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<KvCache, KernelError> {
+        let (name, value) = match kind {
+            CacheKind::Global { capacity } => ("capacity", capacity),
+            CacheKind::Sliding { window } => ("window", window),
+        };
+        for (name, v) in [
+            ("batch", batch),
+            ("n_kv_heads", n_kv_heads),
+            ("head_dim", head_dim),
+            (name, value),
+        ] {
+            if v == 0 {
+                return Err(KernelError::BadParam {
+                    op: "kv_cache",
+                    name,
+                    value: "0".into(),
+                    need: "at least 1",
+                });
+            }
+        }
+        let row = batch
+            .checked_mul(n_kv_heads)
+            .and_then(|r| r.checked_mul(head_dim));
+        if row.and_then(|r| r.checked_mul(value)).is_none() {
+            return Err(KernelError::TooLarge {
+                op: "kv_cache",
+                shape: vec![value, batch, n_kv_heads, head_dim],
+            });
+        }
+        Ok(KvCache {
+            kind,
+            batch,
+            n_kv_heads,
+            head_dim,
+            len: 0,
+            k: Vec::new(),
+            v: Vec::new(),
+        })
+    }
+
+    /// [`KvCache::new`] with [`CacheKind::Global`].
+    pub fn global(
+        batch: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<KvCache, KernelError> {
+        KvCache::new(CacheKind::Global { capacity }, batch, n_kv_heads, head_dim)
+    }
+
+    /// [`KvCache::new`] with [`CacheKind::Sliding`].
+    pub fn sliding(
+        batch: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        window: usize,
+    ) -> Result<KvCache, KernelError> {
+        KvCache::new(CacheKind::Sliding { window }, batch, n_kv_heads, head_dim)
+    }
+
+    /// Global or sliding, with its capacity or window.
+    pub fn kind(&self) -> CacheKind {
+        self.kind
+    }
+    /// Batch size it was built for.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+    /// Key/value heads it was built for.
+    pub fn n_kv_heads(&self) -> usize {
+        self.n_kv_heads
+    }
+    /// Head dimension it was built for.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+    /// Columns appended since creation or the last [`reset`](KvCache::reset); the next
+    /// appended column gets this index.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// No column appended yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The columns whose keys and values are still stored: `0..len` for a global cache, the
+    /// last `min(len, window)` columns for a sliding one.
+    pub fn held(&self) -> Range<usize> {
+        match self.kind {
+            CacheKind::Global { .. } => 0..self.len,
+            CacheKind::Sliding { window } => self.len.saturating_sub(window)..self.len,
+        }
+    }
+    /// Forget every column (for the next batch); keeps the allocation.
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.k.clear();
+        self.v.clear();
+    }
+    /// The stored key of sequence `b`, kv head `head`, at column `col`; `None` if not held.
+    pub fn key(&self, b: usize, col: usize, head: usize) -> Option<&[f32]> {
+        self.get(&self.k, b, col, head)
+    }
+    /// The stored value of sequence `b`, kv head `head`, at column `col`; `None` if not held.
+    pub fn value(&self, b: usize, col: usize, head: usize) -> Option<&[f32]> {
+        self.get(&self.v, b, col, head)
+    }
+
+    fn get<'a>(&self, store: &'a [f32], b: usize, col: usize, head: usize) -> Option<&'a [f32]> {
+        if !self.held().contains(&col) || b >= self.batch || head >= self.n_kv_heads {
+            return None;
+        }
+        store
+            .get(self.offset(self.slot(col), b, head)..)?
+            .get(..self.head_dim)
+    }
+
+    fn slot(&self, col: usize) -> usize {
+        match self.kind {
+            CacheKind::Global { .. } => col,
+            CacheKind::Sliding { window } => col % window,
+        }
+    }
+
+    fn offset(&self, slot: usize, b: usize, head: usize) -> usize {
+        ((slot * self.batch + b) * self.n_kv_heads + head) * self.head_dim
+    }
+
+    fn window(&self) -> Option<usize> {
+        match self.kind {
+            CacheKind::Global { .. } => None,
+            CacheKind::Sliding { window } => Some(window),
+        }
+    }
+
+    /// Store columns `len..len + t_len` from `k`, `v` (`[batch, t_len, kv, d]`); a sliding
+    /// cache keeps only the last `window` of them.
+    fn append(&mut self, k: &[f32], v: &[f32], t_len: usize) {
+        let per_tok = self.n_kv_heads * self.head_dim;
+        let slots = match self.kind {
+            CacheKind::Global { .. } => self.len + t_len,
+            CacheKind::Sliding { window } => (self.len + t_len).min(window),
+        };
+        let size = slots * self.batch * per_tok;
+        if self.k.len() < size {
+            self.k.resize(size, 0.0);
+            self.v.resize(size, 0.0);
+        }
+        let first = self.window().map_or(0, |w| t_len.saturating_sub(w));
+        for t in first..t_len {
+            let slot = self.slot(self.len + t);
+            for b in 0..self.batch {
+                let src = (b * t_len + t) * per_tok;
+                let dst = self.offset(slot, b, 0);
+                self.k[dst..dst + per_tok].copy_from_slice(&k[src..src + per_tok]);
+                self.v[dst..dst + per_tok].copy_from_slice(&v[src..src + per_tok]);
+            }
+        }
+        self.len += t_len;
+    }
+}
+
+/// Causal grouped-query attention of `t_len` new positions, then append their keys/values.
+///
+/// - `q [batch, t_len, n_heads, head_dim]`: queries for columns `cache.len()..+t_len` (RoPE and
+///   q-norm already applied).
+/// - `k`, `v [batch, t_len, n_kv_heads, head_dim]`: their keys and values; `n_heads` must be a
+///   multiple of `n_kv_heads`, query head `h` using kv head `h / (n_heads / n_kv_heads)`.
+/// - `pad[b]`: leading padding columns of sequence `b` (never attended).
+/// - `scale`: multiplies every score (Gemma 3: `query_pre_attn_scalar^-0.5`).
+///
+/// Returns `[batch, t_len, n_heads, head_dim]`. The new queries attend to the cache's held
+/// columns and to all the new keys, so a prefill longer than a sliding window still gives each
+/// query exactly its own window; only then are the new columns stored (a sliding cache keeps
+/// the last `window`). On error the cache is unchanged.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cache: &mut KvCache,
+    pad: &[usize],
+    scale: f32,
+) -> Result<Tensor, KernelError> {
+    attention_on(simd::isa(), q, k, v, cache, pad, scale)
+}
+
+/// [`attention`] on a chosen instruction set (any value other than [`Isa::Portable`] means
+/// "the detected one"); results are identical either way.
+pub fn attention_on(
+    isa: Isa,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cache: &mut KvCache,
+    pad: &[usize],
+    scale: f32,
+) -> Result<Tensor, KernelError> {
+    let isa = if isa == Isa::Portable {
+        isa
+    } else {
+        simd::isa()
+    };
+    let dims = check(q, k, v, cache, pad, scale)?;
+    let mut out = vec![0.0f32; q.data().len()];
+    let ctx = Ctx {
+        q: q.data(),
+        k: k.data(),
+        v: v.data(),
+        cache,
+        pad,
+        scale,
+        dims,
+        old: cache.len(),
+        window: cache.window(),
+    };
+    let visible = ctx.window.unwrap_or(ctx.old + dims.t_len).max(1);
+    let per_row = visible.saturating_mul(dims.d).saturating_mul(2).max(1);
+    parallel::for_rows(
+        &mut out,
+        dims.d,
+        MIN_TASK_MACS.div_ceil(per_row),
+        |rows, dst| attend_on(isa, &ctx, rows, dst),
+    );
+    cache.append(k.data(), v.data(), dims.t_len);
+    Tensor::new(q.shape().to_vec(), out).map_err(|_| KernelError::TooLarge {
+        op: "attention",
+        shape: q.shape().to_vec(),
+    })
+}
+
+#[derive(Clone, Copy)]
+struct Dims {
+    t_len: usize,
+    heads: usize,
+    kv: usize,
+    d: usize,
+}
+
+fn check(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cache: &KvCache,
+    pad: &[usize],
+    scale: f32,
+) -> Result<Dims, KernelError> {
+    let shapes_err = |why| KernelError::AttentionShapes {
+        q: q.shape().to_vec(),
+        k: k.shape().to_vec(),
+        v: v.shape().to_vec(),
+        why,
+    };
+    let &[batch, t_len, heads, d] = q.shape() else {
+        return Err(KernelError::Rank {
+            op: "attention",
+            name: "q",
+            shape: q.shape().to_vec(),
+            need: "[batch, seq, heads, head_dim]",
+        });
+    };
+    let &[kb, kt, kv, kd] = k.shape() else {
+        return Err(KernelError::Rank {
+            op: "attention",
+            name: "k",
+            shape: k.shape().to_vec(),
+            need: "[batch, seq, kv_heads, head_dim]",
+        });
+    };
+    if v.shape() != k.shape() {
+        return Err(shapes_err("k and v must have the same shape"));
+    }
+    if kb != batch || kt != t_len || kd != d {
+        return Err(shapes_err(
+            "q, k and v must agree on batch, sequence length and head_dim",
+        ));
+    }
+    if kv == 0 || heads % kv != 0 {
+        return Err(shapes_err(
+            "the number of query heads must be a positive multiple of the kv heads",
+        ));
+    }
+    if cache.batch != batch || cache.n_kv_heads != kv || cache.head_dim != d {
+        return Err(KernelError::CacheShape {
+            k: k.shape().to_vec(),
+            batch: cache.batch,
+            n_kv_heads: cache.n_kv_heads,
+            head_dim: cache.head_dim,
+        });
+    }
+    if pad.len() != batch {
+        return Err(KernelError::PadCount {
+            batch,
+            found: pad.len(),
+        });
+    }
+    if !scale.is_finite() {
+        return Err(KernelError::BadParam {
+            op: "attention",
+            name: "scale",
+            value: scale.to_string(),
+            need: "finite",
+        });
+    }
+    if let CacheKind::Global { capacity } = cache.kind {
+        if cache.len + t_len > capacity {
+            return Err(KernelError::CacheFull {
+                capacity,
+                len: cache.len,
+                adding: t_len,
+            });
+        }
+    }
+    Ok(Dims {
+        t_len,
+        heads,
+        kv,
+        d,
+    })
+}
+
+/// Everything a row of output needs, shared read-only between threads.
+struct Ctx<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    cache: &'a KvCache,
+    pad: &'a [usize],
+    scale: f32,
+    dims: Dims,
+    /// Cache length before this call: new column `t` is `old + t`.
+    old: usize,
+    window: Option<usize>,
+}
+
+impl Ctx<'_> {
+    /// Key and value of sequence `b`, kv head `kvh`, at column `col` (new or cached).
+    #[inline(always)]
+    fn kv_at(&self, b: usize, col: usize, kvh: usize) -> (&[f32], &[f32]) {
+        let Dims { t_len, kv, d, .. } = self.dims;
+        if col >= self.old {
+            let o = ((b * t_len + (col - self.old)) * kv + kvh) * d;
+            (&self.k[o..o + d], &self.v[o..o + d])
+        } else {
+            let o = self.cache.offset(self.cache.slot(col), b, kvh);
+            (&self.cache.k[o..o + d], &self.cache.v[o..o + d])
+        }
+    }
+}
+
+simd::with_isa! {
+    /// [`attend_rows`] compiled for the given instruction set.
+    fn attend_on(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) -> () = attend_rows;
+}
+
+/// Output rows `rows` (one per (sequence, query, head), `head_dim` wide) into `dst`.
+#[inline(always)]
+fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
+    let Dims {
+        t_len,
+        heads,
+        kv,
+        d,
+        ..
+    } = ctx.dims;
+    let group = heads / kv;
+    let mut scores: Vec<f32> = Vec::new();
+    for (r, out) in rows.zip(dst.chunks_exact_mut(d)) {
+        let h = r % heads;
+        let t = (r / heads) % t_len;
+        let b = r / (heads * t_len);
+        let kvh = h / group;
+        let col = ctx.old + t;
+        let mut lo = ctx.pad[b];
+        if let Some(w) = ctx.window {
+            lo = lo.max((col + 1).saturating_sub(w));
+        }
+        out.fill(0.0);
+        if lo > col {
+            continue;
+        }
+        let qrow = &ctx.q[r * d..(r + 1) * d];
+        scores.clear();
+        for j in lo..=col {
+            let (key, _) = ctx.kv_at(b, j, kvh);
+            scores.push(simd::dot(qrow, key) * ctx.scale);
+        }
+        let m = scores.iter().copied().fold(f32::NEG_INFINITY, |a, s| {
+            if a.is_nan() || s.is_nan() {
+                f32::NAN
+            } else {
+                a.max(s)
+            }
+        });
+        let mut sum = 0.0f64;
+        for s in scores.iter_mut() {
+            *s = math::exp(*s - m);
+            sum += f64::from(*s);
+        }
+        let total = sum as f32;
+        for (j, &e) in (lo..=col).zip(scores.iter()) {
+            let (_, val) = ctx.kv_at(b, j, kvh);
+            simd::axpy(out, e / total, val);
+        }
+    }
+}

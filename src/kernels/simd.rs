@@ -1,0 +1,292 @@
+//! The shared inner loops (16-lane fused multiply-add dot products, `y += a * x`, weight
+//! decoding) and the run-time choice of instruction set they are compiled for.
+//!
+//! Every path computes the same IEEE operations in the same order: a dot product keeps 16 lane
+//! accumulators, lane `l` taking elements `l, l + 16, l + 32, ...` in ascending order with a
+//! fused multiply-add (one rounding), and the lanes are then summed as a fixed tree (lane `i`
+//! plus lane `i + 8`, then `i + 4`, `i + 2`, `i + 1`). A tail shorter than 16 feeds lanes
+//! `0..tail` only. The portable path gets the same fused results from `f32::mul_add` (a libm
+//! call where the target has no FMA instruction), so results never depend on which path ran.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Lanes in every accumulator; 16 f32 = one AVX-512 register, two AVX2 registers.
+pub(crate) const LANES: usize = 16;
+
+/// Instruction set a hot loop runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, no target features assumed (same results, slower without FMA hardware).
+    Portable,
+    /// x86-64 with AVX2, FMA and F16C.
+    Avx2Fma,
+}
+
+static DETECTED: AtomicU8 = AtomicU8::new(0);
+
+/// The best instruction set this CPU supports, detected once.
+pub fn isa() -> Isa {
+    match DETECTED.load(Ordering::Relaxed) {
+        1 => Isa::Portable,
+        2 => Isa::Avx2Fma,
+        _ => {
+            let found = detect();
+            DETECTED.store(
+                match found {
+                    Isa::Portable => 1,
+                    Isa::Avx2Fma => 2,
+                },
+                Ordering::Relaxed,
+            );
+            found
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Isa {
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
+        Isa::Avx2Fma
+    } else {
+        Isa::Portable
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Isa {
+    Isa::Portable
+}
+
+/// Declare `$name`, a copy of the `#[inline(always)]` function `$body` compiled for each
+/// [`Isa`], taking the `Isa` to run with as its first argument. The target-feature copy is only
+/// entered when [`isa()`] detected those features, so callers pass `isa()` or `Isa::Portable`.
+macro_rules! with_isa {
+    ($(#[$m:meta])* fn $name:ident $(<$($g:ident : $b:path),*>)? ($($a:ident : $t:ty),*) -> $r:ty = $body:path;) => {
+        $(#[$m])*
+        fn $name $(<$($g: $b),*>)? (isa: $crate::kernels::simd::Isa, $($a: $t),*) -> $r {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn avx2 $(<$($g: $b),*>)? ($($a: $t),*) -> $r {
+                $body($($a),*)
+            }
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Avx2Fma` comes only from `simd::isa()`, which returns it only
+                // after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU;
+                // the public entry points map any other request to the detected value.
+                $crate::kernels::simd::Isa::Avx2Fma => unsafe { avx2($($a),*) },
+                _ => $body($($a),*),
+            }
+        }
+    };
+}
+pub(crate) use with_isa;
+
+/// Accumulate `a · b` into 16 lane accumulators (see the module doc for the order).
+/// `a` and `b` must have the same length.
+#[inline(always)]
+pub(crate) fn dot_lanes(a: &[f32], b: &[f32], acc: &mut [f32; LANES]) {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..LANES {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    for ((x, y), s) in ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .zip(acc.iter_mut())
+    {
+        *s = x.mul_add(*y, *s);
+    }
+}
+
+/// Sum 16 lanes in the fixed tree order.
+#[inline(always)]
+pub(crate) fn reduce_lanes(acc: &[f32; LANES]) -> f32 {
+    let mut a = *acc;
+    let mut half = LANES / 2;
+    while half > 0 {
+        for i in 0..half {
+            a[i] += a[i + half];
+        }
+        half /= 2;
+    }
+    a[0]
+}
+
+/// `a · b` in the fixed order.
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    dot_lanes(a, b, &mut acc);
+    reduce_lanes(&acc)
+}
+
+/// `y[i] = fma(a, x[i], y[i])`.
+#[inline(always)]
+pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = a.mul_add(*x, *y);
+    }
+}
+
+/// Decode little-endian bf16 (`half = false`) or f16 (`half = true`) elements from `bytes`
+/// (2 per element) into `out`, with AVX2/F16C; exactly the values of [`bf16_to_f32`] and
+/// [`f16_to_f32`] (NaN payloads aside).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn decode16_avx2(bytes: &[u8], half: bool, out: &mut [f32]) {
+    use std::arch::x86_64::{
+        __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_slli_epi32,
+        _mm256_storeu_ps, _mm_loadu_si128,
+    };
+    let n = out.len().min(bytes.len() / 2);
+    let (out, bytes) = (&mut out[..n], &bytes[..2 * n]);
+    let mut oc = out.chunks_exact_mut(8);
+    let mut bc = bytes.chunks_exact(16);
+    for (o, b) in (&mut oc).zip(&mut bc) {
+        // SAFETY: `b` holds exactly 16 bytes (one unaligned 128-bit load); `o` holds exactly
+        // 8 f32s (one unaligned 256-bit store).
+        unsafe {
+            let raw = _mm_loadu_si128(b.as_ptr().cast::<__m128i>());
+            let v = if half {
+                _mm256_cvtph_ps(raw)
+            } else {
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
+            };
+            _mm256_storeu_ps(o.as_mut_ptr(), v);
+        }
+    }
+    for (o, c) in oc
+        .into_remainder()
+        .iter_mut()
+        .zip(bc.remainder().chunks_exact(2))
+    {
+        let bits = u16::from_le_bytes([c[0], c[1]]);
+        *o = if half {
+            f16_to_f32(bits)
+        } else {
+            bf16_to_f32(bits)
+        };
+    }
+}
+
+/// bfloat16 bits to f32 (exact).
+#[inline(always)]
+pub(crate) fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// IEEE half bits to f32 (exact, including subnormals, infinities and NaN payloads).
+#[inline(always)]
+pub(crate) fn f16_to_f32(bits: u16) -> f32 {
+    let sign = u32::from(bits & 0x8000) << 16;
+    let exp = u32::from((bits >> 10) & 0x1f);
+    let man = u32::from(bits & 0x3ff);
+    if exp == 0 {
+        // Zero or subnormal: man * 2^-24, exact in f32.
+        let mag = man as f32 * (1.0 / 16_777_216.0);
+        f32::from_bits(mag.to_bits() | sign)
+    } else if exp == 31 {
+        f32::from_bits(sign | 0x7f80_0000 | (man << 13))
+    } else {
+        f32::from_bits(sign | ((exp + 112) << 23) | (man << 13))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_decoding_matches_half_for_every_bit_pattern() {
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32();
+            let got = f16_to_f32(bits);
+            if want.is_nan() {
+                assert!(got.is_nan(), "bits {bits:#06x}");
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "bits {bits:#06x}");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_decoding_matches_half_for_every_bit_pattern() {
+        for bits in 0..=u16::MAX {
+            let want = half::bf16::from_bits(bits).to_f32();
+            let got = bf16_to_f32(bits);
+            if want.is_nan() {
+                // half quiets signalling NaNs; the payload is irrelevant to the kernels.
+                assert!(got.is_nan(), "bits {bits:#06x}");
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "bits {bits:#06x}");
+            }
+        }
+    }
+
+    with_isa! {
+        fn dot_on(a: &[f32], b: &[f32]) -> f32 = dot;
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_decoding_matches_scalar_decoding_for_every_bit_pattern() {
+        if isa() != Isa::Avx2Fma {
+            return;
+        }
+        // 65536 patterns plus 3, so the scalar tail runs too.
+        let patterns: Vec<u16> = (0..=u16::MAX).chain([0x0001, 0x8000, 0x3c00]).collect();
+        let bytes: Vec<u8> = patterns.iter().flat_map(|b| b.to_le_bytes()).collect();
+        for half in [false, true] {
+            let mut out = vec![0.0f32; patterns.len()];
+            // SAFETY: `isa()` reported AVX2, FMA and F16C above.
+            unsafe { decode16_avx2(&bytes, half, &mut out) };
+            for (&bits, got) in patterns.iter().zip(&out) {
+                let want = if half {
+                    f16_to_f32(bits)
+                } else {
+                    bf16_to_f32(bits)
+                };
+                if want.is_nan() {
+                    assert!(got.is_nan(), "{bits:#06x}");
+                } else {
+                    assert_eq!(got.to_bits(), want.to_bits(), "half={half} {bits:#06x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dot_follows_the_documented_lane_order() {
+        // Spell the order out with scalar code and compare bits, on lengths with tails.
+        let a: Vec<f32> = (0..53)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.37)
+            .collect();
+        let b: Vec<f32> = (0..53)
+            .map(|i| ((i * 17 % 7) as f32 - 3.0) * 1.13)
+            .collect();
+        for n in [0, 1, 15, 16, 17, 32, 53] {
+            let mut lanes = [0.0f32; 16];
+            for i in 0..n {
+                lanes[i % 16] = a[i].mul_add(b[i], lanes[i % 16]);
+            }
+            for half in [8, 4, 2, 1] {
+                for i in 0..half {
+                    lanes[i] += lanes[i + half];
+                }
+            }
+            assert_eq!(dot(&a[..n], &b[..n]).to_bits(), lanes[0].to_bits(), "n={n}");
+            let fast = dot_on(isa(), &a[..n], &b[..n]);
+            assert_eq!(fast.to_bits(), lanes[0].to_bits(), "n={n} isa={:?}", isa());
+        }
+    }
+}

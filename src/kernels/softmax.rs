@@ -1,0 +1,111 @@
+//! `softmax` and `argmax` over the last axis.
+
+use super::error::KernelError;
+use super::math;
+use super::parallel;
+use super::tensor::Tensor;
+
+/// Elements below which a thread start does not pay off.
+const MIN_TASK_ELEMS: usize = 1 << 15;
+
+/// Softmax over the last axis, in f32: `m = max(x)`, `e_i = exp(x_i - m)` (the difference
+/// rounded to f32, `exp` correctly rounded), `s = Σ e_i` accumulated in f64 in ascending order
+/// and rounded to f32, then `e_i / s`.
+///
+/// A row containing NaN, or whose maximum is ±infinity, comes out NaN (as in PyTorch). An empty
+/// last axis gives an empty result.
+pub fn softmax(x: &Tensor) -> Result<Tensor, KernelError> {
+    let d = last_axis("softmax", x)?;
+    let src = x.data();
+    let mut out = vec![0.0f32; src.len()];
+    if d > 0 {
+        parallel::for_rows(&mut out, d, MIN_TASK_ELEMS.div_ceil(d), |rows, dst| {
+            let s = &src[rows.start * d..rows.end * d];
+            for (o, xr) in dst.chunks_exact_mut(d).zip(s.chunks_exact(d)) {
+                softmax_row(xr, o);
+            }
+        });
+    }
+    Tensor::new(x.shape().to_vec(), out).map_err(|_| KernelError::TooLarge {
+        op: "softmax",
+        shape: x.shape().to_vec(),
+    })
+}
+
+/// Softmax of one row into `out` (same length), in the order [`softmax`] documents.
+#[inline]
+pub(crate) fn softmax_row(x: &[f32], out: &mut [f32]) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.max(b)
+        }
+    });
+    let mut sum = 0.0f64;
+    for (o, &v) in out.iter_mut().zip(x) {
+        let e = math::exp(v - m);
+        *o = e;
+        sum += f64::from(e);
+    }
+    let s = sum as f32;
+    for o in out.iter_mut() {
+        *o /= s;
+    }
+}
+
+/// Index of the largest value along the last axis, one per row (`x [..., n]` gives
+/// `prod(...)` indices). Ties go to the lowest index. NaN counts as larger than every number,
+/// so a row containing NaN gives the index of its first NaN (both as `torch.argmax`).
+pub fn argmax(x: &Tensor) -> Result<Vec<u32>, KernelError> {
+    let d = last_axis("argmax", x)?;
+    if d == 0 {
+        return Err(KernelError::EmptyAxis {
+            op: "argmax",
+            shape: x.shape().to_vec(),
+        });
+    }
+    if u32::try_from(d - 1).is_err() {
+        return Err(KernelError::IndexOverflow {
+            op: "argmax",
+            shape: x.shape().to_vec(),
+        });
+    }
+    let src = x.data();
+    let rows = src.len() / d;
+    let parts = parallel::map_ranges(rows, MIN_TASK_ELEMS.div_ceil(d), 1, |r| {
+        src[r.start * d..r.end * d]
+            .chunks_exact(d)
+            .map(argmax_row)
+            .collect::<Vec<u32>>()
+    });
+    Ok(parts.into_iter().flat_map(|(_, v)| v).collect())
+}
+
+/// First index of the maximum of a non-empty row; NaN beats everything.
+#[inline]
+pub(crate) fn argmax_row(row: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in row.iter().enumerate() {
+        if v.is_nan() {
+            best = i;
+            break;
+        }
+        if v > best_v || i == 0 {
+            best = i;
+            best_v = v;
+        }
+    }
+    // `row.len() - 1` fits in u32 (checked by the caller), so `best` does.
+    best as u32
+}
+
+fn last_axis(op: &'static str, x: &Tensor) -> Result<usize, KernelError> {
+    x.shape().last().copied().ok_or_else(|| KernelError::Rank {
+        op,
+        name: "x",
+        shape: x.shape().to_vec(),
+        need: "[..., n] with at least one dimension",
+    })
+}

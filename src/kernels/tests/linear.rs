@@ -1,0 +1,162 @@
+use proptest::prelude::*;
+
+use super::super::{
+    linear, linear_on, linear_portable, linear_t, reference, simd, with_threads, DType, Isa,
+    KernelError, Tensor, Weight,
+};
+use super::{assert_close, bits, tensor, weight, Rng, DTYPES};
+
+/// Error bound for a dot product of `k` terms summed in 16 fused lanes plus a 4-level tree.
+fn dot_tol(k: usize, abs: f64) -> f64 {
+    ((k / 16 + 6) as f64) * 2f64.powi(-24) * abs + 1e-30
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn linear_matches_reference(
+        m in 1usize..9,
+        k in 1usize..300,
+        n in 1usize..40,
+        dt in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let x = tensor(&[m, k], &mut rng, 2.0);
+        let w = weight(DTYPES[dt], &[n, k], &mut rng, 1.0);
+        let y = linear(&x, &w).expect("valid shapes");
+        prop_assert_eq!(y.shape(), &[m, n]);
+        let want = reference::linear(&x, &w);
+        let abs = reference::linear_abs(&x, &w);
+        assert_close(y.data(), &want, |i| dot_tol(k, abs[i]), "linear");
+    }
+}
+
+#[test]
+fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
+    // Shapes crossing every blocking boundary: rows > MB, inner > KB with a tail, columns > NB;
+    // and a single row (the batch-1 path).
+    let (k, n) = (1061, 37);
+    let mut rng = Rng::new(7);
+    for m in [70, 1] {
+        let x = tensor(&[m, k], &mut rng, 1.0);
+        for dtype in DTYPES {
+            let w = weight(dtype, &[n, k], &mut rng, 1.0);
+            let wv = reference::weight_values(&w);
+            let w32: Vec<f32> = wv.iter().map(|&v| v as f32).collect();
+            let y = linear(&x, &w).expect("valid shapes");
+            for i in 0..m {
+                for j in 0..n {
+                    let want = simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
+                    assert_eq!(
+                        y.data()[i * n + j].to_bits(),
+                        want.to_bits(),
+                        "{dtype:?} m={m} ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
+    let mut rng = Rng::new(11);
+    for (m, k) in [(5, 640), (1, 650)] {
+        let x = tensor(&[m, k], &mut rng, 1.0);
+        for dtype in DTYPES {
+            let w = weight(dtype, &[600, k], &mut rng, 0.5);
+            let one = with_threads(1, || linear(&x, &w)).expect("valid");
+            for t in [2, 3] {
+                let many = with_threads(t, || linear(&x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} {t} threads");
+            }
+            let portable = with_threads(2, || linear_portable(&x, &w)).expect("valid");
+            assert_eq!(
+                bits(&one),
+                bits(&portable),
+                "{dtype:?} m={m} portable vs {:?}",
+                simd::isa()
+            );
+            let asked = linear_on(Isa::Avx2Fma, &x, &w).expect("valid");
+            assert_eq!(bits(&one), bits(&asked), "{dtype:?} m={m} via linear_on");
+        }
+    }
+}
+
+#[test]
+fn linear_accepts_any_leading_shape() {
+    let mut rng = Rng::new(3);
+    let w = weight(DType::BF16, &[6, 10], &mut rng, 1.0);
+    let flat = tensor(&[6, 10], &mut rng, 1.0);
+    let y_flat = linear(&flat, &w).expect("valid");
+    let x3 = flat.clone().reshape(vec![2, 3, 10]).expect("same size");
+    let y3 = linear(&x3, &w).expect("valid");
+    assert_eq!(y3.shape(), &[2, 3, 6]);
+    assert_eq!(y3.data(), y_flat.data());
+    let row = Tensor::new(vec![10], flat.data()[..10].to_vec()).expect("shape");
+    let y1 = linear(&row, &w).expect("valid");
+    assert_eq!(y1.shape(), &[6]);
+    assert_eq!(y1.data(), &y_flat.data()[..6]);
+}
+
+#[test]
+fn linear_t_equals_linear_with_f32_weights() {
+    let mut rng = Rng::new(5);
+    let x = tensor(&[4, 33], &mut rng, 1.0);
+    let wt = tensor(&[9, 33], &mut rng, 1.0);
+    let w = Weight::from_f32(vec![9, 33], wt.data()).expect("shape");
+    let a = linear_t(&x, &wt).expect("valid");
+    let b = linear(&x, &w).expect("valid");
+    assert_eq!(bits(&a), bits(&b));
+}
+
+#[test]
+fn linear_with_empty_inner_dimension_is_zero() {
+    let x = Tensor::new(vec![2, 0], vec![]).expect("shape");
+    let w = Weight::from_f32(vec![3, 0], &[]).expect("shape");
+    let y = linear(&x, &w).expect("valid");
+    assert_eq!(y.shape(), &[2, 3]);
+    assert!(y.data().iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn rejects_linear_inner_dim_mismatch() {
+    let x = Tensor::zeros(vec![2, 5]);
+    let w = Weight::from_f32(vec![3, 4], &[0.0; 12]).expect("shape");
+    let err = linear(&x, &w).expect_err("mismatch");
+    assert!(matches!(err, KernelError::InnerDim { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("[2, 5]") && msg.contains("[3, 4]"), "{msg}");
+}
+
+#[test]
+fn rejects_linear_weight_that_is_not_a_matrix() {
+    let x = Tensor::zeros(vec![2, 4]);
+    let w = Weight::from_f32(vec![4], &[0.0; 4]).expect("shape");
+    let err = linear(&x, &w).expect_err("rank");
+    assert!(
+        matches!(err, KernelError::Rank { name: "w", .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn rejects_linear_scalar_input() {
+    let w = Weight::from_f32(vec![1, 1], &[1.0]).expect("shape");
+    let err = linear(&Tensor::scalar(1.0), &w).expect_err("rank");
+    assert!(
+        matches!(err, KernelError::Rank { name: "x", .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn rejects_linear_t_inner_dim_mismatch() {
+    let err = linear_t(&Tensor::zeros(vec![1, 3]), &Tensor::zeros(vec![2, 4])).expect_err("bad");
+    assert!(
+        matches!(err, KernelError::InnerDim { op: "linear_t", .. }),
+        "{err:?}"
+    );
+}
