@@ -9,6 +9,7 @@ use super::{print, CliResult};
 use crate::atomic::{write_atomic, Overwrite, WriteError};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::model_digest;
+use crate::restrict::check_bytes;
 use crate::trust::certificate::{
     build_payload, check_note, read_certificate_file, resolve_window, CertError, Certificate,
     CertificatePayload, EngineFacts, Terms,
@@ -149,7 +150,10 @@ pub fn approve(args: ApproveArgs) -> CliResult {
     refuse_existing(&args.out, args.force)?;
     let key = SecretKey::load(&args.key)?;
     let policy = Policy::load(&args.policy)?;
-    let engine = EngineFacts::from_source(&args.engine)?;
+    // Approval runs the verifier: a non-compliant engine is refused before anything is signed.
+    let source = EngineFacts::read_source(&args.engine)?;
+    let checked = check_bytes(&source, &args.engine.display().to_string(), &policy)?;
+    let engine = EngineFacts::from_checked(&args.engine, &checked)?;
     let supersedes = match &args.supersedes {
         Some(path) => Some(load_certificate(path)?.digest()),
         None => None,

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ast::Program;
 use super::diagnostic::{Located, Pos};
@@ -19,7 +19,7 @@ use super::error::{SyntaxError, SyntaxErrorKind};
 use super::lexer::Marker;
 
 /// The two kinds of private region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RegionKind {
     /// Owners see the structure, identifiers renamed and numbers blanked.

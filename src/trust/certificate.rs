@@ -25,6 +25,7 @@ use super::keys::{KeyId, SecretKey};
 use super::policy::Policy;
 use super::time::{TimeError, Timestamp};
 use crate::atomic::WriteError;
+use crate::restrict::{Checked, RegionKind, Report};
 use crate::error::{Diagnose, Exit};
 
 /// DSSE payloadType of a certificate.
@@ -45,10 +46,13 @@ pub const MAX_NOTE_LEN: usize = 4096;
 /// Longest engine name, in bytes.
 const MAX_ENGINE_NAME_LEN: usize = 255;
 
-/// A 1-based, inclusive range of source lines.
+/// A private region of the engine source: its kind and 1-based, inclusive lines (markers
+/// included).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LineRange {
+pub struct PrivateRange {
+    /// `obfuscate` or `hide`.
+    pub kind: RegionKind,
     /// First line.
     pub start: u32,
     /// Last line.
@@ -61,11 +65,37 @@ pub struct LineRange {
 #[serde(deny_unknown_fields)]
 pub struct RestrictReport {
     /// The private regions of the source.
-    pub private_ranges: Vec<LineRange>,
-    /// Calls inside private regions checked against the policy.
+    pub private_ranges: Vec<PrivateRange>,
+    /// Built-in call sites checked against the policy (in private regions or reachable from
+    /// them).
     pub calls_checked: u64,
     /// Built-in functions the engine calls.
     pub builtins_used: BTreeSet<String>,
+    /// BLAKE3 of the redacted view the owners reviewed.
+    pub view_digest: Digest,
+}
+
+impl RestrictReport {
+    /// The part of a verifier report a certificate binds.
+    pub fn from_report(report: &Report) -> Result<RestrictReport, CertError> {
+        let view_digest = Digest::from_hex(&report.view_digest).ok_or_else(|| {
+            CertError::Payload("the verifier's view digest is not 64 hex digits".into())
+        })?;
+        Ok(RestrictReport {
+            private_ranges: report
+                .private_ranges
+                .iter()
+                .map(|r| PrivateRange {
+                    kind: r.kind,
+                    start: r.start_line,
+                    end: r.end_line,
+                })
+                .collect(),
+            calls_checked: report.calls_checked as u64,
+            builtins_used: report.builtins_used.clone(),
+            view_digest,
+        })
+    }
 }
 
 /// Everything about the engine that a certificate binds; the input of [`build_payload`].
@@ -80,12 +110,23 @@ pub struct EngineFacts {
 }
 
 impl EngineFacts {
-    /// Name and digest of an engine source file (no restrict report).
-    pub fn from_source(path: &Path) -> Result<EngineFacts, CertError> {
-        let bytes = std::fs::read(path).map_err(|source| CertError::ReadEngine {
+    /// Read an engine source file; the verifier still has to run on the bytes.
+    pub fn read_source(path: &Path) -> Result<Vec<u8>, CertError> {
+        std::fs::read(path).map_err(|source| CertError::ReadEngine {
             path: path.to_owned(),
             source,
-        })?;
+        })
+    }
+
+    /// Name, digest and verifier report of an engine the verifier accepted.
+    pub fn from_checked(path: &Path, checked: &Checked) -> Result<EngineFacts, CertError> {
+        let mut facts = EngineFacts::unchecked(path, checked.source().as_bytes())?;
+        facts.restrict = Some(RestrictReport::from_report(checked.report())?);
+        Ok(facts)
+    }
+
+    /// Name and digest alone, without a verifier report (tests of the payload format).
+    pub fn unchecked(path: &Path, bytes: &[u8]) -> Result<EngineFacts, CertError> {
         let name = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -95,7 +136,7 @@ impl EngineFacts {
             })?;
         Ok(EngineFacts {
             name: name.to_owned(),
-            source_digest: Digest::of(&bytes),
+            source_digest: Digest::of(bytes),
             restrict: None,
         })
     }

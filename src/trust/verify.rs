@@ -604,9 +604,10 @@ mod tests {
             ("note", |v| v["note"] = "a\nb".into()),
             ("engine.restrict.private_ranges", |v| {
                 v["engine"]["restrict"] = serde_json::json!({
-                    "private_ranges": [{"start": 5, "end": 2}],
+                    "private_ranges": [{"kind": "hide", "start": 5, "end": 2}],
                     "calls_checked": 1,
                     "builtins_used": ["linear"],
+                    "view_digest": "00".repeat(32),
                 })
             }),
             ("engine.restrict.builtins_used", |v| {
@@ -614,6 +615,7 @@ mod tests {
                     "private_ranges": [],
                     "calls_checked": 1,
                     "builtins_used": ["\u{7}"],
+                    "view_digest": "00".repeat(32),
                 })
             }),
         ];
@@ -635,12 +637,18 @@ mod tests {
 
     #[test]
     fn restrict_report_is_bound_when_present() {
-        use crate::trust::certificate::{LineRange, RestrictReport};
+        use crate::restrict::RegionKind;
+        use crate::trust::certificate::{PrivateRange, RestrictReport};
         let f = fixture(1);
         let report = RestrictReport {
-            private_ranges: vec![LineRange { start: 3, end: 9 }],
+            private_ranges: vec![PrivateRange {
+                kind: RegionKind::Hide,
+                start: 3,
+                end: 9,
+            }],
             calls_checked: 12,
             builtins_used: ["linear".to_string(), "add".to_string()].into(),
+            view_digest: Digest::of(b"view"),
         };
         let p = build_payload(
             EngineFacts {
