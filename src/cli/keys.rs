@@ -2,6 +2,4 @@
 use super::CliResult;
 #[derive(Debug, clap::Args)]
 pub struct KeygenArgs {}
-pub fn keygen(_: KeygenArgs) -> CliResult {
-    super::print("not yet\n")
-}
+pub fn keygen(_: KeygenArgs) -> CliResult { super::print("not yet\n") }

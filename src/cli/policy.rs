@@ -2,6 +2,4 @@
 use super::CliResult;
 #[derive(Debug, clap::Args)]
 pub struct PolicyIdArgs {}
-pub fn policy_id(_: PolicyIdArgs) -> CliResult {
-    super::print("not yet\n")
-}
+pub fn policy_id(_: PolicyIdArgs) -> CliResult { super::print("not yet\n") }

@@ -2,6 +2,4 @@
 use super::CliResult;
 #[derive(Debug, clap::Args)]
 pub struct RestrictArgs {}
-pub fn restrict(_: RestrictArgs) -> CliResult {
-    super::print("not yet\n")
-}
+pub fn restrict(_: RestrictArgs) -> CliResult { super::print("not yet\n") }

@@ -30,8 +30,8 @@ pub fn to_canonical(value: &Value) -> Result<Vec<u8>, CanonicalError> {
 
 /// Serialise any `Serialize` value canonically (via `serde_json::Value`).
 pub fn to_canonical_from<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, CanonicalError> {
-    let v =
-        serde_json::to_value(value).map_err(|e| CanonicalError::NonFiniteNumber(e.to_string()))?;
+    let v = serde_json::to_value(value)
+        .map_err(|e| CanonicalError::NonFiniteNumber(e.to_string()))?;
     to_canonical(&v)
 }
 
@@ -246,23 +246,11 @@ mod tests {
         // RFC 8785 section 3.2.3 example: keys sorted as UTF-16, not as UTF-8 or by code point.
         let input = r#"{"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew Letter Dalet With Dagesh","1":"One","\ud83d\ude00":"Emoji: Grinning Face","\u0080":"Control","\u00f6":"Latin Small Letter O With Diaeresis"}"#;
         let out = canon(input);
-        let keys: Vec<&str> = vec![
-            "\r",
-            "1",
-            "\u{80}",
-            "\u{f6}",
-            "\u{20ac}",
-            "\u{1f600}",
-            "\u{fb33}",
-        ];
+        let keys: Vec<&str> = vec!["\r", "1", "\u{80}", "\u{f6}", "\u{20ac}", "\u{1f600}", "\u{fb33}"];
         let mut pos = 0;
         for k in keys {
             let needle = serde_json::to_string(k).unwrap();
-            let needle = if k == "\r" {
-                "\"\\r\"".to_string()
-            } else {
-                needle
-            };
+            let needle = if k == "\r" { "\"\\r\"".to_string() } else { needle };
             let at = out[pos..].find(&needle).expect("key present in order") + pos;
             pos = at + 1;
         }
@@ -294,21 +282,14 @@ mod tests {
             ("9007199254740992", "9007199254740992"),
         ] {
             let v: Value = serde_json::from_str(input).unwrap();
-            assert_eq!(
-                String::from_utf8(to_canonical(&v).unwrap()).unwrap(),
-                expected,
-                "{input}"
-            );
+            assert_eq!(String::from_utf8(to_canonical(&v).unwrap()).unwrap(), expected, "{input}");
         }
     }
 
     #[test]
     fn rejects_integers_beyond_double_precision() {
         let v: Value = serde_json::from_str("9007199254740993").unwrap();
-        assert!(matches!(
-            to_canonical(&v),
-            Err(CanonicalError::UnsafeInteger(_))
-        ));
+        assert!(matches!(to_canonical(&v), Err(CanonicalError::UnsafeInteger(_))));
     }
 
     #[test]
