@@ -31,7 +31,7 @@ pub fn scale(x: &Tensor, s: f32) -> Tensor {
 /// GELU with the tanh approximation, matching PyTorch's `gelu(approximate='tanh')` in f32:
 /// `inner = β·(x + κ·x³)` with `x³ = (x·x)·x`, `β = f32(√2 · 2/√π · 0.5)`, `κ = f32(0.044715)`,
 /// then `(0.5·x)·(1 + tanh(inner))`, each step rounded to f32; `tanh` is correctly rounded
-/// (see [`super::math`]).
+/// (see `kernels::math`: computed in f64 and rounded once).
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
     map(x, gelu_one)
 }

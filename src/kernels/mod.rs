@@ -1,5 +1,5 @@
 //! Tensor operations the engine language calls (linear, rms_norm, rope, attention, ...).
-//! Every fast kernel has a slow, obviously-correct twin in [`reference`] and a test comparing
+//! Every fast kernel has a slow, obviously-correct twin in [`reference`](mod@reference) and a test comparing
 //! the two. Every kernel is deterministic: its result does not depend on the thread count or
 //! on which instruction set ran (see [`simd`] and [`parallel`]). docs/kernels.md summarises
 //! shapes and numerics.

@@ -5,7 +5,7 @@
 //! scaling; `angle = inv_freq[i] * f32(position)` in f32; `cos`, `sin` of the angle in f32;
 //! `out = x * cos + rotate_half(x) * sin` where `rotate_half(x) = [-x2, x1]` for halves `x1`,
 //! `x2`. Here every f32 step is the same IEEE operation; `pow`, `cos` and `sin` are correctly
-//! rounded (see [`super::math`]).
+//! rounded (see `kernels::math`: computed in f64 and rounded once).
 
 use std::collections::BTreeMap;
 

@@ -15,6 +15,7 @@ pub(crate) const LANES: usize = 16;
 
 /// Instruction set a hot loop runs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Isa {
     /// Plain Rust, no target features assumed (same results, slower without FMA hardware).
     Portable,
