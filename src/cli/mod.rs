@@ -87,7 +87,12 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { Exit::BadInput } else { Exit::Ok }.into();
+            return if e.use_stderr() {
+                Exit::BadInput
+            } else {
+                Exit::Ok
+            }
+            .into();
         }
     };
     match run(cli) {

@@ -1,4 +1,6 @@
-//! Jobs: the job file, the private inputs, and (with `runner exec`) running them.
+//! Jobs: the job file, the private inputs, and greedy batched generation through a compiled
+//! engine.
 
+pub mod generate;
 pub mod inputs;
 pub mod spec;

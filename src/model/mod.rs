@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod digest;
+pub mod record;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;

@@ -25,8 +25,8 @@ use super::keys::{KeyId, SecretKey};
 use super::policy::Policy;
 use super::time::{TimeError, Timestamp};
 use crate::atomic::WriteError;
-use crate::restrict::{Checked, RegionKind, Report};
 use crate::error::{Diagnose, Exit};
+use crate::restrict::{Checked, RegionKind, Report};
 
 /// DSSE payloadType of a certificate.
 pub const CERTIFICATE_PAYLOAD_TYPE: &str = "application/vnd.runner.certificate+json; version=1";

@@ -340,7 +340,8 @@ impl Policy {
             "policy": serde_json::to_value(self).expect("policy serialises"),
             "verifier_version": verifier_version,
         });
-        let bytes = canonical::to_canonical(&doc).expect("a policy holds only strings and small integers");
+        let bytes =
+            canonical::to_canonical(&doc).expect("a policy holds only strings and small integers");
         let mut h = blake3::Hasher::new_derive_key(POLICY_ID_CONTEXT);
         h.update(&bytes);
         PolicyId(*h.finalize().as_bytes())

@@ -1,0 +1,78 @@
+//! The `model` record an engine receives: a checkpoint's weights as shared views, the scalars
+//! read from its config, and one record per layer with that layer's rope parameters and a fresh
+//! KV cache (sliding-window or global, per the config's layer kinds).
+//!
+//! Scalars that HF derives from the config are derived here the way HF's f32 run derives them:
+//! `embed_scale = sqrt(hidden_size)` in f32 (HF casts it to the compute dtype, which is f32 for
+//! us), `attn_scale = query_pre_attn_scalar ^ -0.5`.
+
+use crate::kernels::attention::KvCache;
+use crate::kernels::KernelError;
+use crate::restrict::{Record, Value};
+
+use super::config::LayerKind;
+use super::weights::Checkpoint;
+
+/// Build the `model` value for a batch of `batch` sequences whose prompt plus generation is at
+/// most `max_len` tokens (the capacity of the global layers' caches).
+pub fn model_record(ck: &Checkpoint, batch: usize, max_len: usize) -> Result<Value, KernelError> {
+    let c = &ck.config;
+    let eps = f64::from(c.rms_norm_eps);
+    let attn_scale = f64::from(c.query_pre_attn_scalar).powf(-0.5);
+    let mut layers = Vec::with_capacity(ck.layers.len());
+    for (w, &kind) in ck.layers.iter().zip(&c.layer_kinds) {
+        let rope = c.rope(kind);
+        let cache = match kind {
+            LayerKind::Sliding => {
+                KvCache::sliding(batch, c.num_kv_heads, c.head_dim, c.sliding_window)?
+            }
+            LayerKind::Full => KvCache::global(batch, c.num_kv_heads, c.head_dim, max_len.max(1))?,
+        };
+        let weight = |w: &crate::kernels::Weight| Value::Weight(w.clone());
+        layers.push(Value::record(
+            Record::new()
+                .with("q_proj", weight(&w.q_proj))
+                .with("k_proj", weight(&w.k_proj))
+                .with("v_proj", weight(&w.v_proj))
+                .with("o_proj", weight(&w.o_proj))
+                .with("q_norm", weight(&w.q_norm))
+                .with("k_norm", weight(&w.k_norm))
+                .with("input_layernorm", weight(&w.input_layernorm))
+                .with(
+                    "post_attention_layernorm",
+                    weight(&w.post_attention_layernorm),
+                )
+                .with(
+                    "pre_feedforward_layernorm",
+                    weight(&w.pre_feedforward_layernorm),
+                )
+                .with(
+                    "post_feedforward_layernorm",
+                    weight(&w.post_feedforward_layernorm),
+                )
+                .with("gate_proj", weight(&w.gate_proj))
+                .with("up_proj", weight(&w.up_proj))
+                .with("down_proj", weight(&w.down_proj))
+                .with("eps", Value::Scalar(eps))
+                .with("n_heads", Value::Scalar(c.num_heads as f64))
+                .with("n_kv_heads", Value::Scalar(c.num_kv_heads as f64))
+                .with("rope_theta", Value::Scalar(f64::from(rope.theta)))
+                .with("rope_scale", Value::Scalar(f64::from(rope.linear_factor)))
+                .with("attn_scale", Value::Scalar(attn_scale))
+                .with("cache", Value::kv_cache(cache)),
+        ));
+    }
+    Ok(Value::record(
+        Record::new()
+            .with("embed_tokens", Value::Weight(ck.embed.clone()))
+            .with("lm_head", Value::Weight(ck.lm_head.clone()))
+            .with("norm", Value::Weight(ck.norm.clone()))
+            .with(
+                "embed_scale",
+                Value::Scalar(f64::from((c.hidden_size as f32).sqrt())),
+            )
+            .with("eps", Value::Scalar(eps))
+            .with("batch", Value::Scalar(batch as f64))
+            .with("layers", Value::stack(layers)),
+    ))
+}
