@@ -1,0 +1,109 @@
+//! `runner exec`: admit the job through the trusted boundary, run it, publish the outputs with
+//! a signed receipt, and record the attempt in the audit log whatever its outcome.
+
+use std::path::PathBuf;
+
+use super::{print, CliResult};
+use crate::job::admit::{admit, Request};
+use crate::job::audit::{state_dir, AuditLog, AuditRecord, Outcome};
+use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::trust::certificate::Certificate;
+use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
+use crate::trust::digest::Digest;
+use crate::trust::keys::SecretKey;
+use crate::trust::receipt::{DigestSet, Subject};
+
+/// Flags of `runner exec`.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The job file (docs/job.md).
+    pub job: PathBuf,
+    /// The certificate the owners signed for this engine, policy and model.
+    #[arg(long)]
+    pub cert: PathBuf,
+    /// The operator's trust configuration: trusted owner keys, threshold, revocations.
+    #[arg(long, default_value = DEFAULT_TRUST_FILE)]
+    pub trust: PathBuf,
+    /// The runner's state directory (audit log, superseded certificates); default
+    /// $RUNNER_STATE_DIR, else ./.runner-state.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Verify, run, publish, audit.
+pub fn exec(args: ExecArgs) -> CliResult {
+    let log = AuditLog::open(&state_dir(args.state_dir.as_deref()));
+    let cert_digest = std::fs::read(&args.cert)
+        .ok()
+        .and_then(|b| Certificate::parse(&b).ok())
+        .map(|c| c.digest());
+    let job_digest = std::fs::read(&args.job).ok().map(|b| Digest::of(&b));
+    let audit_failure = |outcome: Outcome, err: &dyn std::fmt::Display| {
+        let mut record = AuditRecord::with_reason(outcome, err);
+        record.certificate_digest = cert_digest;
+        record.job_digest = job_digest;
+        log.append(record)
+    };
+
+    let trust = match TrustConfig::load(&args.trust) {
+        Ok(t) => t,
+        Err(e) => {
+            audit_failure(Outcome::Refused, &e)?;
+            return Err(e.into());
+        }
+    };
+    let superseded = Vec::new();
+    let request = Request {
+        cert: &args.cert,
+        job: &args.job,
+        trust: &trust,
+        superseded: &superseded,
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let admitted = match admit(&request) {
+        Ok(a) => a,
+        Err(e) => {
+            audit_failure(Outcome::Refused, &e)?;
+            return Err(e.into());
+        }
+    };
+    let key = match SecretKey::load(&admitted.job().runner_key) {
+        Ok(k) => k,
+        Err(e) => {
+            audit_failure(Outcome::Failed, &e)?;
+            return Err(e.into());
+        }
+    };
+    let result = match run(admitted, &key, args.quiet) {
+        Ok(r) => r,
+        Err(e) => {
+            audit_failure(Outcome::Failed, &e)?;
+            return Err(e.into());
+        }
+    };
+    let outputs = vec![Subject {
+        name: OUTPUTS_FILE.into(),
+        digest: DigestSet::of(&result.outputs),
+    }];
+    log.append(AuditRecord::accepted(&result.facts, outputs))?;
+    let c = &result.facts.counts;
+    print(&format!(
+        "ran {} inputs ({} tokens generated; {} stopped, {} hit max_new_tokens)\n\
+         wrote {} and {} in {}\n\
+         certificate {}  engine {}  policy_id {}  model {}\n",
+        c.inputs,
+        c.generated_tokens,
+        c.finish_reasons.stop,
+        c.finish_reasons.length,
+        OUTPUTS_FILE,
+        RECEIPT_FILE,
+        result.output_dir.display(),
+        result.facts.certificate_digest.short(),
+        result.facts.engine_digest.short(),
+        result.facts.policy_id.short(),
+        result.facts.model_digest.short(),
+    ))
+}
