@@ -1,4 +1,6 @@
-//! Jobs: the job file, the private inputs, and (with `runner exec`) running them.
+//! Jobs: the job file, the private inputs, the audit log of exec attempts, and (with
+//! `runner exec`) running them.
 
+pub mod audit;
 pub mod inputs;
 pub mod spec;
