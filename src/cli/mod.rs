@@ -9,9 +9,11 @@ use clap::{Parser, Subcommand};
 
 use crate::error::{Diagnose, Exit};
 
+mod audit;
 mod cert;
 mod keys;
 mod policy;
+mod receipt;
 mod restrict;
 
 const EXIT_CODES: &str = "\
@@ -45,6 +47,10 @@ enum Command {
     Inspect(cert::InspectArgs),
     /// Verify a certificate against the trust configuration.
     VerifyCert(cert::VerifyCertArgs),
+    /// Verify a receipt: its signature, its certificate, and the output files it names.
+    Verify(receipt::VerifyArgs),
+    /// Work with the audit log of exec attempts.
+    Audit(audit::AuditArgs),
     /// Run the whole flow on a built-in demo (not yet: arrives with `runner exec`).
     Demo,
 }
@@ -116,6 +122,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Cosign(args) => cert::cosign(args),
         Command::Inspect(args) => cert::inspect(args),
         Command::VerifyCert(args) => cert::verify_cert(args),
+        Command::Verify(args) => receipt::verify(args),
+        Command::Audit(args) => audit::audit(args),
         Command::Demo => print(
             "runner demo: not yet. The demo runs the whole flow once `runner exec` lands \
              (issue 5); until then try `runner keygen`, `runner policy-id` and `runner approve`.\n",

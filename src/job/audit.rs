@@ -70,6 +70,17 @@ pub enum Outcome {
     Failed,
 }
 
+impl Outcome {
+    /// The spelling in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Refused => "refused",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
 /// What `exec` records about one attempt; [`AuditLog::append`] adds `seq`, `time` and `prev`.
 /// Digests are `None` where the attempt stopped before knowing them.
 #[derive(Debug, Clone, PartialEq, Eq)]
