@@ -122,7 +122,7 @@ fn in_file(path: &Path) -> impl Fn(CertError) -> InFile + '_ {
     }
 }
 
-fn load_certificate(path: &Path) -> Result<Certificate, super::CliError> {
+pub(super) fn load_certificate(path: &Path) -> Result<Certificate, super::CliError> {
     let bytes = read_certificate_file(path)?;
     Ok(Certificate::parse(&bytes).map_err(in_file(path))?)
 }

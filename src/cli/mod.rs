@@ -9,9 +9,12 @@ use clap::{Parser, Subcommand};
 
 use crate::error::{Diagnose, Exit};
 
+mod audit;
 mod cert;
+mod exec;
 mod keys;
 mod policy;
+mod receipt;
 mod restrict;
 
 const EXIT_CODES: &str = "\
@@ -45,6 +48,13 @@ enum Command {
     Inspect(cert::InspectArgs),
     /// Verify a certificate against the trust configuration.
     VerifyCert(cert::VerifyCertArgs),
+    /// Verify a receipt: its signature, its certificate, and the output files it names.
+    Verify(receipt::VerifyArgs),
+    /// Work with the audit log of exec attempts.
+    Audit(audit::AuditArgs),
+    /// Verify the certificate, engine, policy, model and job, then run the job and sign the
+    /// outputs.
+    Exec(exec::ExecArgs),
     /// Run the whole flow on a built-in demo (not yet: arrives with `runner exec`).
     Demo,
 }
@@ -116,6 +126,9 @@ fn run(cli: Cli) -> CliResult {
         Command::Cosign(args) => cert::cosign(args),
         Command::Inspect(args) => cert::inspect(args),
         Command::VerifyCert(args) => cert::verify_cert(args),
+        Command::Verify(args) => receipt::verify(args),
+        Command::Audit(args) => audit::audit(args),
+        Command::Exec(args) => exec::exec(args),
         Command::Demo => print(
             "runner demo: not yet. The demo runs the whole flow once `runner exec` lands \
              (issue 5); until then try `runner keygen`, `runner policy-id` and `runner approve`.\n",

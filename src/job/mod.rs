@@ -1,7 +1,9 @@
-//! Jobs: the job file, the private inputs, and greedy batched generation through a compiled
-//! engine.
+//! Jobs: the job file, the private inputs, the trusted boundary that admits a job, greedy
+//! batched generation through the compiled engine, publishing outputs with a receipt, and the
+//! audit log of exec attempts.
 
 pub mod admit;
+pub mod audit;
 pub mod generate;
 pub mod inputs;
 pub mod run;

@@ -95,10 +95,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunFailure + '_ {
 
 /// Refuse early if the job's outputs could not be published.
 pub fn check_output_dir(dir: &Path) -> Result<(), RunFailure> {
-    match fs::read_dir(dir) {
-        Ok(mut entries) if entries.next().is_some() => Err(RunFailure::OutputExists(dir.to_owned())),
-        _ => Ok(()),
+    let non_empty = fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    if non_empty || dir.is_file() {
+        return Err(RunFailure::OutputExists(dir.to_owned()));
     }
+    Ok(())
 }
 
 fn progress_bar(inputs: usize, quiet: bool) -> ProgressBar {

@@ -123,7 +123,13 @@ impl JobSpec {
             path: path.to_owned(),
             source,
         })?;
-        let raw: RawJob = toml::from_str(&text).map_err(|e| JobError::Malformed {
+        JobSpec::parse(&text, path)
+    }
+
+    /// Parse and resolve job file text; `path` names the file in errors and anchors relative
+    /// paths.
+    pub fn parse(text: &str, path: &Path) -> Result<JobSpec, JobError> {
+        let raw: RawJob = toml::from_str(text).map_err(|e| JobError::Malformed {
             path: path.to_owned(),
             detail: e.to_string().trim_end().to_owned(),
         })?;

@@ -1,0 +1,68 @@
+//! `runner audit verify`: check the audit log's digest chain.
+
+use std::path::PathBuf;
+
+use super::{print, CliResult};
+use crate::job::audit::{state_dir, AuditLog};
+
+/// Flags of `runner audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    #[command(subcommand)]
+    command: AuditCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum AuditCommand {
+    /// Check the chain: report the first broken line, or the count and the last digest.
+    Verify(AuditVerifyArgs),
+}
+
+/// Flags of `runner audit verify`.
+#[derive(Debug, clap::Args)]
+struct AuditVerifyArgs {
+    /// The runner's state directory (default: $RUNNER_STATE_DIR, else ./.runner-state).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run an `audit` subcommand.
+pub fn audit(args: AuditArgs) -> CliResult {
+    match args.command {
+        AuditCommand::Verify(args) => verify(args),
+    }
+}
+
+fn verify(args: AuditVerifyArgs) -> CliResult {
+    let log = AuditLog::open(&state_dir(args.state_dir.as_deref()));
+    let summary = log.verify()?;
+    let last_digest = summary.last_digest.map(|d| d.to_hex());
+    if args.json {
+        let doc = serde_json::json!({
+            "log": log.path().display().to_string(),
+            "intact": true,
+            "entries": summary.entries,
+            "last_digest": last_digest,
+            "last": summary.last,
+        });
+        return print(&format!("{doc:#}\n"));
+    }
+    let mut out = format!(
+        "audit log    {}\nentries      {} (chain intact)\n",
+        log.path().display(),
+        summary.entries
+    );
+    if let (Some(last), Some(digest)) = (&summary.last, &last_digest) {
+        out.push_str(&format!(
+            "last entry   seq {}, {}, {}\nlast digest  {digest}\n\
+             (keep the last digest elsewhere: a chain cannot show entries removed from its end)\n",
+            last.seq,
+            last.time,
+            last.outcome.as_str(),
+        ));
+    }
+    print(&out)
+}

@@ -1,0 +1,903 @@
+//! The audit log: one line per `runner exec` attempt (accepted, refused or failed), appended to
+//! `audit.jsonl` in the runner's state directory and chained by digests, so that editing,
+//! deleting, inserting or reordering an entry breaks the chain at that point.
+//!
+//! Each line is one [`AuditEntry`] as RFC 8785 canonical JSON followed by `\n`. Entry `seq` is
+//! its 1-based line number, and `prev` is the plain BLAKE3 of the previous line's bytes (without
+//! its newline), or 64 zeros on the first line. A chain cannot protect its own tail: removing or
+//! rewriting the last entries leaves a shorter valid chain. [`AuditLog::verify`] therefore
+//! returns the last entry's digest, for the operator to record elsewhere and compare later.
+//!
+//! Appends take an exclusive lock on the file (`File::lock`, an advisory `flock` on Unix), read
+//! the last line, and write the new line with one write on an `O_APPEND` descriptor followed by
+//! an fsync. An append never repairs a damaged log: it refuses, so damage is never buried under
+//! new entries.
+//!
+//! Entries record digests and outcomes only. `reason` is the error text of a refusal or failure;
+//! error texts in this crate never carry input or output contents (see [`super::inputs`]).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Diagnose, Exit};
+use crate::trust::canonical::{parse_strict, to_canonical_from};
+use crate::trust::digest::Digest;
+use crate::trust::receipt::{RunFacts, Subject};
+use crate::trust::time::Timestamp;
+
+/// The log's file name inside the state directory.
+pub const AUDIT_FILE: &str = "audit.jsonl";
+
+/// Environment variable naming the state directory when `--state-dir` is not given.
+pub const STATE_DIR_ENV: &str = "RUNNER_STATE_DIR";
+
+/// State directory when neither `--state-dir` nor [`STATE_DIR_ENV`] is given (relative to the
+/// working directory).
+pub const DEFAULT_STATE_DIR: &str = ".runner-state";
+
+/// Longest `reason` kept, in bytes; longer texts are cut at a character boundary.
+pub const MAX_REASON_LEN: usize = 4096;
+
+/// `prev` of the first entry.
+pub const GENESIS_PREV: Digest = Digest([0; 32]);
+
+/// The state directory: `flag` if given, else `$RUNNER_STATE_DIR` if set and non-empty, else
+/// `./.runner-state`.
+pub fn state_dir(flag: Option<&Path>) -> PathBuf {
+    resolve_state_dir(flag, std::env::var_os(STATE_DIR_ENV))
+}
+
+fn resolve_state_dir(flag: Option<&Path>, env: Option<std::ffi::OsString>) -> PathBuf {
+    match (flag, env) {
+        (Some(dir), _) => dir.to_owned(),
+        (None, Some(dir)) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(DEFAULT_STATE_DIR),
+    }
+}
+
+/// How an exec attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Verified, ran, and wrote outputs and a receipt.
+    Accepted,
+    /// Refused by verification (exit 3) or by bad input (exit 2); nothing ran.
+    Refused,
+    /// Failed for an operational reason (exit 1).
+    Failed,
+}
+
+impl Outcome {
+    /// The spelling in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Refused => "refused",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// What `exec` records about one attempt; [`AuditLog::append`] adds `seq`, `time` and `prev`.
+/// Digests are `None` where the attempt stopped before knowing them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// How the attempt ended.
+    pub outcome: Outcome,
+    /// The error text for a refusal or failure; `None` when accepted.
+    pub reason: Option<String>,
+    /// Digest of the certificate presented.
+    pub certificate_digest: Option<Digest>,
+    /// BLAKE3 of the engine source.
+    pub engine_digest: Option<Digest>,
+    /// The certificate's `policy_id`.
+    pub policy_id: Option<Digest>,
+    /// The model digest.
+    pub model_digest: Option<Digest>,
+    /// BLAKE3 of `job.toml`.
+    pub job_digest: Option<Digest>,
+    /// BLAKE3 of the inputs file.
+    pub inputs_digest: Option<Digest>,
+    /// The files written (empty unless accepted).
+    pub output_digests: Vec<Subject>,
+}
+
+impl AuditRecord {
+    /// A record with this outcome and nothing known yet.
+    pub fn new(outcome: Outcome) -> AuditRecord {
+        AuditRecord {
+            outcome,
+            reason: None,
+            certificate_digest: None,
+            engine_digest: None,
+            policy_id: None,
+            model_digest: None,
+            job_digest: None,
+            inputs_digest: None,
+            output_digests: Vec::new(),
+        }
+    }
+
+    /// A refusal (or a failure) with its error text.
+    pub fn with_reason(outcome: Outcome, reason: &dyn std::fmt::Display) -> AuditRecord {
+        AuditRecord {
+            reason: Some(reason.to_string()),
+            ..AuditRecord::new(outcome)
+        }
+    }
+
+    /// An accepted run: every digest from the receipt's facts, and the outputs written.
+    pub fn accepted(facts: &RunFacts, outputs: Vec<Subject>) -> AuditRecord {
+        AuditRecord {
+            outcome: Outcome::Accepted,
+            reason: None,
+            certificate_digest: Some(facts.certificate_digest),
+            engine_digest: Some(facts.engine_digest),
+            policy_id: Some(facts.policy_id),
+            model_digest: Some(facts.model_digest),
+            job_digest: Some(facts.job_digest),
+            inputs_digest: Some(facts.inputs_digest),
+            output_digests: outputs,
+        }
+    }
+}
+
+/// One line of the log. Every field is always written (`null` when unknown), so each entry has
+/// one spelling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditEntry {
+    /// 1-based position in the log.
+    pub seq: u64,
+    /// When the entry was appended.
+    pub time: Timestamp,
+    /// How the attempt ended.
+    pub outcome: Outcome,
+    /// Error text of a refusal or failure.
+    pub reason: Option<String>,
+    /// Digest of the certificate presented.
+    pub certificate_digest: Option<Digest>,
+    /// BLAKE3 of the engine source.
+    pub engine_digest: Option<Digest>,
+    /// The certificate's `policy_id`.
+    pub policy_id: Option<Digest>,
+    /// The model digest.
+    pub model_digest: Option<Digest>,
+    /// BLAKE3 of `job.toml`.
+    pub job_digest: Option<Digest>,
+    /// BLAKE3 of the inputs file.
+    pub inputs_digest: Option<Digest>,
+    /// Files written.
+    pub output_digests: Vec<Subject>,
+    /// BLAKE3 of the previous line (without its newline); zeros on the first line.
+    pub prev: Digest,
+}
+
+/// What is wrong at one line of the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChainProblem {
+    /// The file ends without a newline: the last write was cut short.
+    #[error("the line is truncated (no newline at the end of the file)")]
+    Truncated,
+    /// Not JSON, or a duplicate key.
+    #[error("the line is not valid JSON: {0}")]
+    BadJson(String),
+    /// JSON, but not an audit entry (unknown, missing or mistyped field).
+    #[error("the line is not an audit entry: {0}")]
+    BadEntry(String),
+    /// An entry, but not spelled canonically, so it was not written by the runner.
+    #[error("the line is not in canonical form (RFC 8785), so it was rewritten")]
+    NotCanonical,
+    /// `seq` is not the line number.
+    #[error("seq is {found}, expected {expected} (an entry before it was removed, inserted or moved)")]
+    SeqGap {
+        /// The line number.
+        expected: u64,
+        /// The entry's `seq`.
+        found: u64,
+    },
+    /// `prev` is not the digest of the previous line.
+    #[error("prev is {}, but the previous line's digest is {} (the previous line was edited, or lines were removed or reordered)", .found.to_hex(), .expected.to_hex())]
+    PrevMismatch {
+        /// Digest of the previous line (zeros for the first).
+        expected: Digest,
+        /// The entry's `prev`.
+        found: Digest,
+    },
+}
+
+/// The first broken link of a chain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct ChainBreak {
+    /// 1-based line number.
+    pub line: u64,
+    /// What is wrong there.
+    pub problem: ChainProblem,
+}
+
+/// An intact chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainSummary {
+    /// Number of entries.
+    pub entries: u64,
+    /// BLAKE3 of the last line (the `prev` the next entry will carry); `None` when empty.
+    pub last_digest: Option<Digest>,
+    /// The last entry.
+    pub last: Option<AuditEntry>,
+}
+
+/// Why the log could not be appended to or verified.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// The state directory could not be created.
+    #[error("cannot create state directory {}: {source}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// Opening, locking, reading, writing or syncing the log failed.
+    #[error("cannot {action} audit log {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The log file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// There is no log to verify.
+    #[error("there is no audit log at {}", path.display())]
+    Missing {
+        /// The expected log file.
+        path: PathBuf,
+    },
+    /// The chain is broken.
+    #[error("audit log {} is broken at {brk}", path.display())]
+    Broken {
+        /// The log file.
+        path: PathBuf,
+        /// Where and how.
+        brk: ChainBreak,
+    },
+    /// The last line is damaged, so nothing is appended after it.
+    #[error("audit log {} is damaged at its last line ({problem}); not appending", path.display())]
+    Damaged {
+        /// The log file.
+        path: PathBuf,
+        /// What is wrong with the last line.
+        problem: ChainProblem,
+    },
+    /// The entry cannot be written as canonical JSON (a time outside RFC 3339's years).
+    #[error("cannot write the audit entry: {0}")]
+    Unwritable(String),
+}
+
+impl Diagnose for AuditError {
+    fn exit(&self) -> Exit {
+        match self {
+            AuditError::Missing { .. } => Exit::BadInput,
+            AuditError::Broken { .. } | AuditError::Damaged { .. } => Exit::Refused,
+            _ => Exit::Failure,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            AuditError::CreateDir { .. } | AuditError::Io { .. } => {
+                "check that the state directory (--state-dir, $RUNNER_STATE_DIR or \
+                 ./.runner-state) is writable"
+                    .into()
+            }
+            AuditError::Missing { .. } => "pass the runner's state directory with --state-dir \
+                (default $RUNNER_STATE_DIR, else ./.runner-state)"
+                .into(),
+            AuditError::Broken { .. } | AuditError::Damaged { .. } => "the log was altered or cut \
+                short; keep this copy as evidence, restore the log from a backup, and compare the \
+                last digest with the one recorded by `runner audit verify`"
+                .into(),
+            AuditError::Unwritable(_) => "check this machine's clock".into(),
+        })
+    }
+}
+
+/// The audit log in one state directory.
+#[derive(Debug, Clone)]
+pub struct AuditLog {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl AuditLog {
+    /// The log in `state_dir` (nothing is touched until [`AuditLog::append`] or
+    /// [`AuditLog::verify`]).
+    pub fn open(state_dir: &Path) -> AuditLog {
+        AuditLog {
+            dir: state_dir.to_owned(),
+            path: state_dir.join(AUDIT_FILE),
+        }
+    }
+
+    /// The log file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one entry (creating the state directory, mode 0700, and the log, mode 0600, if
+    /// needed). Returns the entry written.
+    pub fn append(&self, record: AuditRecord) -> Result<AuditEntry, AuditError> {
+        create_private_dir(&self.dir).map_err(|source| AuditError::CreateDir {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let io_err = |action| {
+            let path = self.path.clone();
+            move |source| AuditError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let mut file = open_for_append(&self.path).map_err(io_err("open"))?;
+        // Held until `file` is dropped: no other append can interleave between reading the last
+        // line and writing the next.
+        file.lock().map_err(io_err("lock"))?;
+        let (seq, prev) = match read_last_line(&mut file).map_err(io_err("read"))? {
+            LastLine::Empty => (1, GENESIS_PREV),
+            LastLine::Truncated => {
+                return Err(AuditError::Damaged {
+                    path: self.path.clone(),
+                    problem: ChainProblem::Truncated,
+                })
+            }
+            LastLine::Line(line) => {
+                let last = parse_line(&line).map_err(|problem| AuditError::Damaged {
+                    path: self.path.clone(),
+                    problem,
+                })?;
+                (last.seq.saturating_add(1), Digest::of(&line))
+            }
+        };
+        let entry = AuditEntry {
+            seq,
+            time: Timestamp::now(),
+            outcome: record.outcome,
+            reason: record.reason.map(|r| truncate(r, MAX_REASON_LEN)),
+            certificate_digest: record.certificate_digest,
+            engine_digest: record.engine_digest,
+            policy_id: record.policy_id,
+            model_digest: record.model_digest,
+            job_digest: record.job_digest,
+            inputs_digest: record.inputs_digest,
+            output_digests: record.output_digests,
+            prev,
+        };
+        let mut line =
+            to_canonical_from(&entry).map_err(|e| AuditError::Unwritable(e.to_string()))?;
+        line.push(b'\n');
+        file.write_all(&line).map_err(io_err("write"))?;
+        file.sync_data().map_err(io_err("sync"))?;
+        Ok(entry)
+    }
+
+    /// Check the whole chain; the first broken link is reported with its line number.
+    pub fn verify(&self) -> Result<ChainSummary, AuditError> {
+        let file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(AuditError::Missing {
+                    path: self.path.clone(),
+                })
+            }
+            Err(source) => {
+                return Err(AuditError::Io {
+                    action: "open",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
+        match verify_chain(BufReader::new(file)) {
+            Ok(summary) => Ok(summary),
+            Err(VerifyError::Io(source)) => Err(AuditError::Io {
+                action: "read",
+                path: self.path.clone(),
+                source,
+            }),
+            Err(VerifyError::Broken(brk)) => Err(AuditError::Broken {
+                path: self.path.clone(),
+                brk,
+            }),
+        }
+    }
+}
+
+/// Why [`verify_chain`] stopped.
+#[derive(Debug)]
+pub enum VerifyError {
+    /// Reading failed.
+    Io(io::Error),
+    /// The first broken link.
+    Broken(ChainBreak),
+}
+
+/// Check a log's bytes, line by line, in order: each line is complete, strict JSON, an entry,
+/// canonical, has `seq` equal to its line number, and `prev` equal to the previous line's digest.
+pub fn verify_chain(mut reader: impl BufRead) -> Result<ChainSummary, VerifyError> {
+    let mut prev = GENESIS_PREV;
+    let mut last = None;
+    let mut line_no: u64 = 0;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(VerifyError::Io)?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let broken = |problem| VerifyError::Broken(ChainBreak {
+            line: line_no,
+            problem,
+        });
+        let Some(line) = buf.strip_suffix(b"\n") else {
+            return Err(broken(ChainProblem::Truncated));
+        };
+        let entry = parse_line(line).map_err(broken)?;
+        if entry.seq != line_no {
+            return Err(broken(ChainProblem::SeqGap {
+                expected: line_no,
+                found: entry.seq,
+            }));
+        }
+        if entry.prev != prev {
+            return Err(broken(ChainProblem::PrevMismatch {
+                expected: prev,
+                found: entry.prev,
+            }));
+        }
+        prev = Digest::of(line);
+        last = Some(entry);
+    }
+    Ok(ChainSummary {
+        entries: line_no,
+        last_digest: last.as_ref().map(|_| prev),
+        last,
+    })
+}
+
+/// Parse one line (without its newline): strict JSON, an entry, canonical.
+pub fn parse_line(line: &[u8]) -> Result<AuditEntry, ChainProblem> {
+    let value = parse_strict(line).map_err(|e| ChainProblem::BadJson(e.to_string()))?;
+    let entry: AuditEntry =
+        serde_json::from_value(value).map_err(|e| ChainProblem::BadEntry(e.to_string()))?;
+    match to_canonical_from(&entry) {
+        Ok(bytes) if bytes == line => Ok(entry),
+        _ => Err(ChainProblem::NotCanonical),
+    }
+}
+
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)
+}
+
+fn open_for_append(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).append(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+enum LastLine {
+    Empty,
+    Truncated,
+    Line(Vec<u8>),
+}
+
+/// The last complete line, found by reading backwards from the end in chunks, so an append
+/// costs the same however long the log is.
+fn read_last_line(file: &mut File) -> io::Result<LastLine> {
+    const CHUNK: u64 = 8192;
+    let len = file.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok(LastLine::Empty);
+    }
+    let mut last_byte = [0u8; 1];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut last_byte)?;
+    if last_byte != *b"\n" {
+        return Ok(LastLine::Truncated);
+    }
+    // Bytes of the last line, before its newline, collected from the end backwards.
+    let end = len - 1;
+    let mut start = end;
+    let mut tail: Vec<u8> = Vec::new();
+    while start > 0 {
+        let from = start.saturating_sub(CHUNK);
+        let mut chunk = vec![0u8; (start - from) as usize];
+        file.seek(SeekFrom::Start(from))?;
+        file.read_exact(&mut chunk)?;
+        if let Some(pos) = chunk.iter().rposition(|&b| b == b'\n') {
+            chunk.drain(..=pos);
+            chunk.extend_from_slice(&tail);
+            return Ok(LastLine::Line(chunk));
+        }
+        chunk.extend_from_slice(&tail);
+        tail = chunk;
+        start = from;
+    }
+    Ok(LastLine::Line(tail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trust::receipt::DigestSet;
+
+    fn log() -> (tempfile::TempDir, AuditLog) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::open(&dir.path().join("state"));
+        (dir, log)
+    }
+
+    /// A log with `n` entries of mixed outcomes.
+    fn filled(n: usize) -> (tempfile::TempDir, AuditLog) {
+        let (dir, log) = log();
+        for i in 0..n {
+            let record = match i % 3 {
+                0 => AuditRecord {
+                    certificate_digest: Some(Digest::of(b"cert")),
+                    job_digest: Some(Digest::of(b"job")),
+                    output_digests: vec![Subject {
+                        name: "outputs.jsonl".into(),
+                        digest: DigestSet::of(format!("out {i}").as_bytes()),
+                    }],
+                    ..AuditRecord::new(Outcome::Accepted)
+                },
+                1 => AuditRecord::with_reason(Outcome::Refused, &"the engine source differs"),
+                _ => AuditRecord::with_reason(Outcome::Failed, &"disk full"),
+            };
+            log.append(record).unwrap();
+        }
+        (dir, log)
+    }
+
+    fn lines(log: &AuditLog) -> Vec<Vec<u8>> {
+        let bytes = std::fs::read(log.path()).unwrap();
+        bytes
+            .split_inclusive(|&b| b == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
+    fn rewrite(log: &AuditLog, lines: &[Vec<u8>]) {
+        std::fs::write(log.path(), lines.concat()).unwrap();
+    }
+
+    fn broken(log: &AuditLog) -> ChainBreak {
+        match log.verify() {
+            Err(AuditError::Broken { brk, .. }) => brk,
+            other => panic!("expected a broken chain, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_chain_verifies() {
+        let (_dir, log) = filled(5);
+        let summary = log.verify().unwrap();
+        assert_eq!(summary.entries, 5);
+        let all = lines(&log);
+        let last = all.last().unwrap();
+        assert_eq!(
+            summary.last_digest,
+            Some(Digest::of(&last[..last.len() - 1]))
+        );
+        let first: serde_json::Value = serde_json::from_slice(&all[0]).unwrap();
+        assert_eq!(first["seq"], 1);
+        assert_eq!(first["prev"], "0".repeat(64));
+        assert_eq!(first["outcome"], "accepted");
+        assert_eq!(first["reason"], serde_json::Value::Null);
+        assert_eq!(first["inputs_digest"], serde_json::Value::Null);
+        let second: serde_json::Value = serde_json::from_slice(&all[1]).unwrap();
+        assert_eq!(second["outcome"], "refused");
+        assert_eq!(second["reason"], "the engine source differs");
+        assert_eq!(
+            second["prev"],
+            Digest::of(&all[0][..all[0].len() - 1]).to_hex()
+        );
+        assert_eq!(summary.last.unwrap().seq, 5);
+    }
+
+    #[test]
+    fn empty_log_verifies_with_no_entries() {
+        let (_dir, log) = log();
+        std::fs::create_dir_all(log.path().parent().unwrap()).unwrap();
+        std::fs::write(log.path(), b"").unwrap();
+        let s = log.verify().unwrap();
+        assert_eq!((s.entries, s.last_digest), (0, None));
+    }
+
+    #[test]
+    fn rejects_missing_log() {
+        let (_dir, log) = log();
+        let e = log.verify().unwrap_err();
+        assert!(matches!(e, AuditError::Missing { .. }), "{e}");
+        assert_eq!(e.exit(), Exit::BadInput);
+    }
+
+    #[test]
+    fn rejects_edited_line_at_the_next_link() {
+        let (_dir, log) = filled(4);
+        let mut all = lines(&log);
+        let text = String::from_utf8(all[1].clone()).unwrap();
+        all[1] = text.replace("differs", "matches").into_bytes();
+        rewrite(&log, &all);
+        let brk = broken(&log);
+        assert_eq!(brk.line, 3);
+        assert!(
+            matches!(brk.problem, ChainProblem::PrevMismatch { .. }),
+            "{brk}"
+        );
+        let e = log.verify().unwrap_err();
+        assert_eq!(e.exit(), Exit::Refused);
+        assert!(e.to_string().contains("broken at line 3: prev is"), "{e}");
+    }
+
+    #[test]
+    fn rejects_edited_seq_and_garbage_at_that_line() {
+        let (_dir, log) = filled(3);
+        let mut all = lines(&log);
+        let text = String::from_utf8(all[1].clone()).unwrap();
+        all[1] = text.replace("\"seq\":2", "\"seq\":7").into_bytes();
+        rewrite(&log, &all);
+        assert_eq!(
+            broken(&log),
+            ChainBreak {
+                line: 2,
+                problem: ChainProblem::SeqGap {
+                    expected: 2,
+                    found: 7
+                }
+            }
+        );
+        let mut all = lines(&log);
+        all[1] = b"{not json\n".to_vec();
+        rewrite(&log, &all);
+        let brk = broken(&log);
+        assert!(
+            brk.line == 2 && matches!(brk.problem, ChainProblem::BadJson(_)),
+            "{brk}"
+        );
+    }
+
+    #[test]
+    fn rejects_deleted_line() {
+        let (_dir, log) = filled(4);
+        let mut all = lines(&log);
+        all.remove(1);
+        rewrite(&log, &all);
+        assert_eq!(
+            broken(&log),
+            ChainBreak {
+                line: 2,
+                problem: ChainProblem::SeqGap {
+                    expected: 2,
+                    found: 3
+                }
+            }
+        );
+        // Removing the first line is caught at the (new) first line.
+        let mut all = lines(&log);
+        all.remove(0);
+        rewrite(&log, &all);
+        assert_eq!(broken(&log).line, 1);
+    }
+
+    #[test]
+    fn rejects_reordered_lines() {
+        let (_dir, log) = filled(4);
+        let mut all = lines(&log);
+        all.swap(1, 2);
+        rewrite(&log, &all);
+        assert_eq!(
+            broken(&log),
+            ChainBreak {
+                line: 2,
+                problem: ChainProblem::SeqGap {
+                    expected: 2,
+                    found: 3
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_renumbered_lines_by_their_prev() {
+        // Deleting line 2 and renumbering the rest keeps seq consistent; prev catches it.
+        let (_dir, log) = filled(4);
+        let mut all = lines(&log);
+        all.remove(1);
+        for (i, line) in all.iter_mut().enumerate().skip(1) {
+            let text = String::from_utf8(line.clone()).unwrap();
+            *line = text
+                .replace(&format!("\"seq\":{}", i + 2), &format!("\"seq\":{}", i + 1))
+                .into_bytes();
+        }
+        rewrite(&log, &all);
+        let brk = broken(&log);
+        assert!(
+            brk.line == 2 && matches!(brk.problem, ChainProblem::PrevMismatch { .. }),
+            "{brk}"
+        );
+    }
+
+    #[test]
+    fn rejects_truncated_last_line_and_refuses_to_append_after_it() {
+        let (_dir, log) = filled(3);
+        let bytes = std::fs::read(log.path()).unwrap();
+        std::fs::write(log.path(), &bytes[..bytes.len() - 5]).unwrap();
+        assert_eq!(
+            broken(&log),
+            ChainBreak {
+                line: 3,
+                problem: ChainProblem::Truncated
+            }
+        );
+        let e = log.append(AuditRecord::new(Outcome::Failed)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AuditError::Damaged {
+                    problem: ChainProblem::Truncated,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(log.path()).unwrap(),
+            &bytes[..bytes.len() - 5]
+        );
+    }
+
+    #[test]
+    fn rejects_non_canonical_line() {
+        let (_dir, log) = filled(2);
+        let mut all = lines(&log);
+        // The same entry with one space added: valid JSON, same meaning, not what we write.
+        let text = String::from_utf8(all[0].clone()).unwrap();
+        all[0] = text.replacen(',', ", ", 1).into_bytes();
+        rewrite(&log, &all);
+        assert_eq!(
+            broken(&log),
+            ChainBreak {
+                line: 1,
+                problem: ChainProblem::NotCanonical
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_field_and_duplicate_key() {
+        let (_dir, log) = filled(2);
+        let mut all = lines(&log);
+        let text = String::from_utf8(all[0].clone()).unwrap();
+        all[0] = text.replacen('{', "{\"a\":1,", 1).into_bytes();
+        rewrite(&log, &all);
+        let brk = broken(&log);
+        assert!(
+            matches!(&brk.problem, ChainProblem::BadEntry(m) if m.contains("unknown field `a`")),
+            "{brk}"
+        );
+        all[0] = text.replacen('{', "{\"seq\":1,", 1).into_bytes();
+        rewrite(&log, &all);
+        let brk = broken(&log);
+        assert!(
+            matches!(&brk.problem, ChainProblem::BadJson(m) if m.contains("duplicate key")),
+            "{brk}"
+        );
+    }
+
+    #[test]
+    fn append_continues_after_a_long_last_line() {
+        let (_dir, log) = log();
+        let long = "é".repeat(3 * MAX_REASON_LEN);
+        let e = log
+            .append(AuditRecord::with_reason(Outcome::Refused, &long))
+            .unwrap();
+        assert!(e.reason.as_ref().unwrap().len() <= MAX_REASON_LEN);
+        assert!(long.starts_with(e.reason.as_ref().unwrap().as_str()));
+        let mut outputs = Vec::new();
+        for i in 0..200 {
+            outputs.push(Subject {
+                name: format!("out-{i:03}.jsonl"),
+                digest: DigestSet::of(&[i as u8]),
+            });
+        }
+        log.append(AuditRecord {
+            output_digests: outputs,
+            ..AuditRecord::new(Outcome::Accepted)
+        })
+        .unwrap();
+        assert!(std::fs::metadata(log.path()).unwrap().len() > 3 * 8192);
+        let third = log.append(AuditRecord::new(Outcome::Failed)).unwrap();
+        assert_eq!(third.seq, 3);
+        assert_eq!(log.verify().unwrap().entries, 3);
+    }
+
+    #[test]
+    fn concurrent_appends_keep_the_chain() {
+        let (_dir, log) = log();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let log = log.clone();
+                s.spawn(move || {
+                    for i in 0..15 {
+                        let reason = format!("thread {t} attempt {i}");
+                        log.append(AuditRecord::with_reason(Outcome::Refused, &reason))
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(log.verify().unwrap().entries, 60);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn creates_private_state_directory_and_log() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, log) = filled(1);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(log.path()), 0o600);
+        assert_eq!(mode(log.path().parent().unwrap()), 0o700);
+    }
+
+    #[test]
+    fn state_dir_prefers_flag_then_environment_then_default() {
+        let flag = Path::new("/flag");
+        assert_eq!(
+            resolve_state_dir(Some(flag), Some("/env".into())),
+            PathBuf::from("/flag")
+        );
+        assert_eq!(
+            resolve_state_dir(None, Some("/env".into())),
+            PathBuf::from("/env")
+        );
+        assert_eq!(
+            resolve_state_dir(None, Some("".into())),
+            PathBuf::from(".runner-state")
+        );
+        assert_eq!(resolve_state_dir(None, None), PathBuf::from(".runner-state"));
+    }
+}
