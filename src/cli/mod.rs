@@ -11,6 +11,7 @@ use crate::error::{Diagnose, Exit};
 
 mod audit;
 mod cert;
+mod demo;
 mod exec;
 mod keys;
 mod policy;
@@ -55,8 +56,8 @@ enum Command {
     /// Verify the certificate, engine, policy, model and job, then run the job and sign the
     /// outputs.
     Exec(exec::ExecArgs),
-    /// Run the whole flow on a built-in demo (not yet: arrives with `runner exec`).
-    Demo,
+    /// Run the whole flow on a built-in demo, in a fresh directory.
+    Demo(demo::DemoArgs),
 }
 
 /// An error from any module, on its way to being printed and turned into an exit code.
@@ -129,9 +130,6 @@ fn run(cli: Cli) -> CliResult {
         Command::Verify(args) => receipt::verify(args),
         Command::Audit(args) => audit::audit(args),
         Command::Exec(args) => exec::exec(args),
-        Command::Demo => print(
-            "runner demo: not yet. The demo runs the whole flow once `runner exec` lands \
-             (issue 5); until then try `runner keygen`, `runner policy-id` and `runner approve`.\n",
-        ),
+        Command::Demo(args) => demo::demo(args),
     }
 }

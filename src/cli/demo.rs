@@ -1,0 +1,251 @@
+//! `runner demo`: the whole flow, end to end, in a fresh directory, with the same library calls
+//! the other subcommands make: keys, a trust configuration, a deterministic random-weight Gemma 3
+//! model, the restrict check, an owner's certificate, a job on private prompts, `exec`, receipt
+//! verification, and finally one refusal (the engine edited after approval).
+
+use std::path::{Path, PathBuf};
+
+use super::{print, CliResult};
+use crate::atomic::Overwrite;
+use crate::error::{Diagnose, Exit};
+use crate::job::admit::{admit, Request};
+use crate::job::audit::{AuditLog, AuditRecord, Outcome};
+use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::model::digest::model_digest;
+use crate::model::synthetic::SyntheticSpec;
+use crate::model::tokenizer::cached_tokenizer_path;
+use crate::restrict::check;
+use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
+use crate::trust::config::TrustConfig;
+use crate::trust::keys::{write_key_pair, SecretKey};
+use crate::trust::policy::Policy;
+use crate::trust::receipt::verify_receipt;
+use crate::trust::time::Timestamp;
+
+const ENGINE: &str = include_str!("../../engines/gemma3.eng");
+const POLICY: &str = include_str!("../../policies/gemma3.json");
+
+/// Flags of `runner demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Where to build the demo (must not exist or be empty); default: a new directory under the
+    /// system's temporary directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum DemoError {
+    #[error("demo directory {0} exists and is not empty")]
+    DirNotEmpty(PathBuf),
+    #[error("demo: cannot write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("demo: the edited engine was accepted; the guard failed")]
+    GuardFailed,
+}
+
+impl Diagnose for DemoError {
+    fn exit(&self) -> Exit {
+        match self {
+            DemoError::DirNotEmpty(_) => Exit::BadInput,
+            _ => Exit::Failure,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            DemoError::DirNotEmpty(_) => Some("pass --dir with a new directory".into()),
+            _ => None,
+        }
+    }
+}
+
+fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), DemoError> {
+    std::fs::write(path, bytes).map_err(|source| DemoError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn fresh_dir(arg: Option<PathBuf>) -> Result<PathBuf, DemoError> {
+    let dir = arg.unwrap_or_else(|| {
+        let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
+        std::env::temp_dir().join(format!("runner-demo-{stamp}-{}", std::process::id()))
+    });
+    if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(DemoError::DirNotEmpty(dir));
+    }
+    for sub in ["keys", "engines", "policies", "model"] {
+        let p = dir.join(sub);
+        std::fs::create_dir_all(&p).map_err(|source| DemoError::Io { path: p, source })?;
+    }
+    Ok(dir)
+}
+
+/// Build and run the demo.
+pub fn demo(args: DemoArgs) -> CliResult {
+    let started = std::time::Instant::now();
+    let dir = fresh_dir(args.dir)?;
+    print(&format!("runner demo: the whole flow, in {}\n\n", dir.display()))?;
+
+    // 1. Keys.
+    let owner = SecretKey::generate()?;
+    let runner_key = SecretKey::generate()?;
+    write_key_pair(&owner, &dir.join("keys/owner.key"), Overwrite::Refuse)?;
+    write_key_pair(&runner_key, &dir.join("keys/runner.key"), Overwrite::Refuse)?;
+    print(&format!(
+        "1. keys        owner {} and runner {} (private keys mode 0600 in keys/)\n",
+        owner.key_id().short(),
+        runner_key.key_id().short()
+    ))?;
+
+    // 2. Trust configuration (the operator's).
+    write(
+        &dir.join("trust.toml"),
+        "# The operator's trust configuration: whose approvals count.\n\
+         required_signatures = 1\nowners = [\"keys/owner.key.pub\"]\nrevoked = []\n",
+    )?;
+    let trust = TrustConfig::load(&dir.join("trust.toml"))?;
+    print("2. trust       trust.toml: 1 owner signature required\n")?;
+
+    // 3. Model: the real tokenizer when it is cached, so prompts can be text.
+    let tokenizer = cached_tokenizer_path().filter(|p| p.exists());
+    let spec = SyntheticSpec {
+        vocab_size: if tokenizer.is_some() { 262_144 } else { 512 },
+        ..SyntheticSpec::tiny()
+    };
+    let model_dir = dir.join("model");
+    spec.write(&model_dir, 2026).map_err(|source| DemoError::Io {
+        path: model_dir.clone(),
+        source,
+    })?;
+    if let Some(t) = &tokenizer {
+        std::fs::copy(t, model_dir.join("tokenizer.json")).map_err(|source| DemoError::Io {
+            path: model_dir.join("tokenizer.json"),
+            source,
+        })?;
+    }
+    let digest = model_digest(&model_dir)?;
+    print(&format!(
+        "3. model       random-weight Gemma 3 ({} layers, hidden {}, vocab {}), digest {}\n",
+        spec.num_layers,
+        spec.hidden_size,
+        spec.vocab_size,
+        digest.digest.short()
+    ))?;
+    if tokenizer.is_none() {
+        print(
+            "              note: the Gemma 3 tokenizer is not cached (scripts/fetch_tokenizer.sh \
+             fetches it), so prompts are token ids and outputs are tokens only\n",
+        )?;
+    }
+
+    // 4. The author's engine, checked against the policy (what owners review).
+    let engine_path = dir.join("engines/gemma3.eng");
+    write(&engine_path, ENGINE)?;
+    write(&dir.join("policies/gemma3.json"), POLICY)?;
+    let policy = Policy::load(&dir.join("policies/gemma3.json"))?;
+    let checked = check(ENGINE, "engines/gemma3.eng", &policy)?;
+    write(&dir.join("view.eng"), checked.view())?;
+    let report = checked.report();
+    print(&format!(
+        "4. restrict    engines/gemma3.eng: {} calls checked in private regions, {} built-ins, \
+         policy_id {}; owners' view in view.eng\n",
+        report.calls_checked,
+        report.builtins_used.len(),
+        policy.policy_id().short()
+    ))?;
+
+    // 5. The owner approves.
+    let payload = build_payload(
+        EngineFacts::from_checked(&engine_path, &checked)?,
+        Terms {
+            policy,
+            model_digest: digest.digest,
+            issued_at: Timestamp::now(),
+            valid_from: None,
+            expires_at: None,
+            supersedes: None,
+            note: Some("demo approval".into()),
+        },
+    )?;
+    let cert = Certificate::sign_new(payload, &owner)?;
+    write(&dir.join("cert.json"), cert.to_bytes())?;
+    print(&format!("5. approve     cert.json: certificate {} signed by the owner\n", cert.digest().short()))?;
+
+    // 6. A job on private prompts.
+    let inputs = if tokenizer.is_some() {
+        concat!(
+            "{\"id\": \"q1\", \"prompt\": \"What is the capital of France?\"}\n",
+            "{\"id\": \"q2\", \"prompt\": \"Write a haiku about the sea.\"}\n",
+            "{\"id\": \"q3\", \"messages\": [{\"role\": \"user\", \"content\": \"Summarise: the meeting moved to Tuesday.\"}]}\n",
+        )
+    } else {
+        "{\"id\": \"q1\", \"tokens\": [2, 17, 99, 4]}\n{\"id\": \"q2\", \"tokens\": [2, 300]}\n{\"id\": \"q3\", \"tokens\": [2, 42, 42, 7, 11]}\n"
+    };
+    write(&dir.join("inputs.jsonl"), inputs)?;
+    let outputs = if tokenizer.is_some() { "[\"text\", \"tokens\"]" } else { "[\"tokens\"]" };
+    write(
+        &dir.join("job.toml"),
+        format!(
+            "engine = \"engines/gemma3.eng\"\nmodel = \"model\"\ninputs = \"inputs.jsonl\"\n\
+             output_dir = \"out\"\nrunner_key = \"keys/runner.key\"\n\n[generation]\n\
+             batch_size = 3\nmax_new_tokens = 12\ntemplate = \"chat\"\noutputs = {outputs}\n"
+        ),
+    )?;
+    print("6. job         job.toml: 3 private prompts, batch 3, 12 new tokens each\n")?;
+
+    // 7. exec: the trusted boundary, then the run.
+    let log = AuditLog::open(&dir.join("state"));
+    let request = Request {
+        cert: &dir.join("cert.json"),
+        job: &dir.join("job.toml"),
+        trust: &trust,
+        superseded: &[],
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let admitted = admit(&request)?;
+    print(
+        "7. exec        verified: signatures and threshold, validity, engine digest, policy_id, \
+         verifier report, model digest, limits\n",
+    )?;
+    let result = run(admitted, &runner_key, true)?;
+    log.append(AuditRecord::accepted(&result.facts, Vec::new()))?;
+    print(&format!(
+        "              ran {} inputs, {} tokens; wrote out/{OUTPUTS_FILE} and out/{RECEIPT_FILE}\n",
+        result.facts.counts.inputs, result.facts.counts.generated_tokens
+    ))?;
+
+    // 8. The recipient verifies.
+    let verified = verify_receipt(&result.receipt, &cert, &runner_key.public_key(), Some(&dir.join("out")))?;
+    print(&format!(
+        "8. verify      receipt {} signed by the runner, bound to certificate {}, outputs match\n",
+        verified.digest().short(),
+        cert.digest().short()
+    ))?;
+    for line in String::from_utf8_lossy(&result.outputs).lines() {
+        print(&format!("              {line}\n"))?;
+    }
+
+    // 9. The guard: the engine edited after approval is refused.
+    write(&engine_path, format!("{ENGINE}// an unapproved edit\n"))?;
+    std::fs::remove_dir_all(dir.join("out")).ok();
+    match admit(&request) {
+        Ok(_) => return Err(DemoError::GuardFailed.into()),
+        Err(refusal) => {
+            log.append(AuditRecord::with_reason(Outcome::Refused, &refusal))?;
+            print(&format!(
+                "9. guard       after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
+                refusal.exit().code(),
+                refusal.hint().unwrap_or_default()
+            ))?;
+        }
+    }
+    print(&format!(
+        "\ndone in {:.1} s; everything is in {} (audit log in state/audit.jsonl)\n",
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    ))
+}
