@@ -531,13 +531,10 @@ impl ReceiptStatement {
     }
 }
 
-/// Sign a receipt for a run: `outputs` are the output files' names (plain file names, relative
-/// to the directory the receipt is written to) and exact bytes. Returns the receipt file bytes.
-pub fn sign_receipt(
-    facts: &RunFacts,
-    outputs: &[(&str, &[u8])],
-    key: &SecretKey,
-) -> Result<Vec<u8>, ReceiptError> {
+/// The subjects for output files given by name and exact bytes: names checked (plain file
+/// names, each once), digests computed, sorted by name. `exec` can record the same list in the
+/// audit log ([`crate::job::audit::AuditRecord::accepted`]).
+pub fn subjects_of(outputs: &[(&str, &[u8])]) -> Result<Vec<Subject>, ReceiptError> {
     let mut subjects = Vec::with_capacity(outputs.len());
     for (name, bytes) in outputs {
         check_subject_name(name)?;
@@ -553,6 +550,17 @@ pub fn sign_receipt(
     {
         return Err(ReceiptError::DuplicateOutput(a.name.clone()));
     }
+    Ok(subjects)
+}
+
+/// Sign a receipt for a run: `outputs` are the output files' names (plain file names, relative
+/// to the directory the receipt is written to) and exact bytes. Returns the receipt file bytes.
+pub fn sign_receipt(
+    facts: &RunFacts,
+    outputs: &[(&str, &[u8])],
+    key: &SecretKey,
+) -> Result<Vec<u8>, ReceiptError> {
+    let subjects = subjects_of(outputs)?;
     let statement = ReceiptStatement {
         subjects,
         facts: facts.clone(),
