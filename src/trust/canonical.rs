@@ -183,7 +183,7 @@ fn ties_to_even(f: f64, digits: String, e: i32) -> String {
 }
 
 fn push_zeros(out: &mut String, count: usize) {
-    out.extend(std::iter::repeat('0').take(count));
+    out.extend(std::iter::repeat_n('0', count));
 }
 
 fn write_string(out: &mut String, s: &str) {

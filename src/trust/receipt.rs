@@ -213,7 +213,9 @@ impl RunFacts {
         }
         let v = &self.runner.version;
         if v.is_empty() || v.len() > MAX_NAME_LEN || v.chars().any(char::is_control) {
-            return Err("field `runner.version` is empty, too long or has control characters".into());
+            return Err(
+                "field `runner.version` is empty, too long or has control characters".into(),
+            );
         }
         if self.generation.outputs.is_empty() {
             return Err("field `generation.outputs` is empty".into());
@@ -529,13 +531,10 @@ impl ReceiptStatement {
     }
 }
 
-/// Sign a receipt for a run: `outputs` are the output files' names (plain file names, relative
-/// to the directory the receipt is written to) and exact bytes. Returns the receipt file bytes.
-pub fn sign_receipt(
-    facts: &RunFacts,
-    outputs: &[(&str, &[u8])],
-    key: &SecretKey,
-) -> Result<Vec<u8>, ReceiptError> {
+/// The subjects for output files given by name and exact bytes: names checked (plain file
+/// names, each once), digests computed, sorted by name. `exec` can record the same list in the
+/// audit log ([`crate::job::audit::AuditRecord::accepted`]).
+pub fn subjects_of(outputs: &[(&str, &[u8])]) -> Result<Vec<Subject>, ReceiptError> {
     let mut subjects = Vec::with_capacity(outputs.len());
     for (name, bytes) in outputs {
         check_subject_name(name)?;
@@ -545,9 +544,23 @@ pub fn sign_receipt(
         });
     }
     subjects.sort_by(|a, b| a.name.cmp(&b.name));
-    if let Some([a, _]) = subjects.windows(2).find(|w| matches!(w, [a, b] if a.name == b.name)) {
+    if let Some([a, _]) = subjects
+        .windows(2)
+        .find(|w| matches!(w, [a, b] if a.name == b.name))
+    {
         return Err(ReceiptError::DuplicateOutput(a.name.clone()));
     }
+    Ok(subjects)
+}
+
+/// Sign a receipt for a run: `outputs` are the output files' names (plain file names, relative
+/// to the directory the receipt is written to) and exact bytes. Returns the receipt file bytes.
+pub fn sign_receipt(
+    facts: &RunFacts,
+    outputs: &[(&str, &[u8])],
+    key: &SecretKey,
+) -> Result<Vec<u8>, ReceiptError> {
+    let subjects = subjects_of(outputs)?;
     let statement = ReceiptStatement {
         subjects,
         facts: facts.clone(),
@@ -808,6 +821,8 @@ mod tests {
 
     const OUTPUT: &[u8] = b"{\"id\":\"a\",\"text\":\"hello\"}\n";
 
+    type Edit = fn(&mut RunFacts);
+
     struct Fx {
         runner: SecretKey,
         cert: Certificate,
@@ -983,7 +998,8 @@ mod tests {
             other => panic!("{other}"),
         }
         assert!(
-            e.to_string().contains("outputs.jsonl differs from the receipt"),
+            e.to_string()
+                .contains("outputs.jsonl differs from the receipt"),
             "{e}"
         );
     }
@@ -1093,11 +1109,7 @@ mod tests {
         let f = fx();
         let payload = Envelope::parse(&f.receipt()).unwrap().payload;
         let text = String::from_utf8(payload).unwrap();
-        let dup = text.replacen(
-            "\"predicate\":{",
-            "\"predicate\":{\"policy_id\":\"00\",",
-            1,
-        );
+        let dup = text.replacen("\"predicate\":{", "\"predicate\":{\"policy_id\":\"00\",", 1);
         let e = malformed(f.verify(&f.signed(dup.as_bytes())));
         assert!(
             matches!(&e, ReceiptError::Payload(m) if m.contains("duplicate key `policy_id`")),
@@ -1171,7 +1183,10 @@ mod tests {
     fn rejects_duplicate_or_unsorted_subjects() {
         let f = fx();
         let e = sign_receipt(&f.facts, &[("a", b"1"), ("a", b"2")], &f.runner).unwrap_err();
-        assert!(matches!(&e, ReceiptError::DuplicateOutput(n) if n == "a"), "{e}");
+        assert!(
+            matches!(&e, ReceiptError::DuplicateOutput(n) if n == "a"),
+            "{e}"
+        );
         let bytes = sign_receipt(&f.facts, &[("b", b"1"), ("a", b"2")], &f.runner).unwrap();
         let payload = Envelope::parse(&bytes).unwrap().payload;
         let mut v: Value = serde_json::from_slice(&payload).unwrap();
@@ -1222,7 +1237,7 @@ mod tests {
     #[test]
     fn rejects_facts_that_disagree_with_the_certificate() {
         let f = fx();
-        let cases: [(&str, fn(&mut RunFacts)); 3] = [
+        let cases: [(&str, Edit); 3] = [
             ("engine_digest", |r| r.engine_digest = Digest::of(b"other")),
             ("policy_id", |r| r.policy_id = Digest::of(b"other")),
             ("model_digest", |r| r.model_digest = Digest::of(b"other")),
@@ -1242,7 +1257,7 @@ mod tests {
     #[test]
     fn rejects_run_outside_the_policy() {
         let f = fx();
-        let cases: [(&str, fn(&mut RunFacts)); 3] = [
+        let cases: [(&str, Edit); 3] = [
             ("max_batch", |r| r.generation.batch_size = 4096),
             ("max_new_tokens", |r| r.generation.max_new_tokens = 5000),
             ("inputs x max_new_tokens", |r| {
