@@ -19,7 +19,7 @@ use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
 use crate::trust::keys::{write_key_pair, SecretKey};
 use crate::trust::policy::Policy;
-use crate::trust::receipt::verify_receipt;
+use crate::trust::receipt::{subjects_of, verify_receipt};
 use crate::trust::time::Timestamp;
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
@@ -212,7 +212,8 @@ pub fn demo(args: DemoArgs) -> CliResult {
          verifier report, model digest, limits\n",
     )?;
     let result = run(admitted, &runner_key, true)?;
-    log.append(AuditRecord::accepted(&result.facts, Vec::new()))?;
+    let subjects = subjects_of(&[(OUTPUTS_FILE, &result.outputs)])?;
+    log.append(AuditRecord::accepted(&result.facts, subjects))?;
     print(&format!(
         "              ran {} inputs, {} tokens; wrote out/{OUTPUTS_FILE} and out/{RECEIPT_FILE}\n",
         result.facts.counts.inputs, result.facts.counts.generated_tokens

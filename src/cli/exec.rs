@@ -11,7 +11,7 @@ use crate::trust::certificate::Certificate;
 use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
 use crate::trust::digest::Digest;
 use crate::trust::keys::SecretKey;
-use crate::trust::receipt::{DigestSet, Subject};
+use crate::trust::receipt::subjects_of;
 
 /// Flags of `runner exec`.
 #[derive(Debug, clap::Args)]
@@ -84,10 +84,7 @@ pub fn exec(args: ExecArgs) -> CliResult {
             return Err(e.into());
         }
     };
-    let outputs = vec![Subject {
-        name: OUTPUTS_FILE.into(),
-        digest: DigestSet::of(&result.outputs),
-    }];
+    let outputs = subjects_of(&[(OUTPUTS_FILE, &result.outputs)])?;
     log.append(AuditRecord::accepted(&result.facts, outputs))?;
     let c = &result.facts.counts;
     print(&format!(

@@ -20,15 +20,12 @@ use crate::error::{Diagnose, Exit};
 use crate::model::tokenizer::TokenizerError;
 use crate::trust::keys::SecretKey;
 use crate::trust::policy::OutputKind;
+pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE};
 use crate::trust::receipt::{
     sign_receipt, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
 };
 use crate::trust::time::Timestamp;
 
-/// Name of the outputs file inside `output_dir`.
-pub const OUTPUTS_FILE: &str = "outputs.jsonl";
-/// Name of the receipt inside `output_dir`.
-pub const RECEIPT_FILE: &str = "receipt.json";
 
 /// What a finished run produced.
 #[derive(Debug, Clone)]
