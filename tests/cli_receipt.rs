@@ -35,7 +35,7 @@ impl Env {
         fs::create_dir(env.path("out")).unwrap();
         env.write("model/config.json", br#"{"hidden_size": 640}"#);
         env.write("model/model.safetensors", &[7u8; 4096]);
-        env.write("gemma3.eng", b"# engine source\n");
+        env.write("gemma3.eng", include_bytes!("../engines/gemma3.eng"));
         let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/gemma3.json");
         fs::copy(policy, env.path("gemma3.json")).unwrap();
         for k in ["owner", "runner", "other-runner"] {

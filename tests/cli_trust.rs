@@ -3,6 +3,8 @@
 //! message, and (for commands that write) the absence of any output file.
 
 use std::fs;
+
+const ENGINE: &str = include_str!("../engines/gemma3.eng");
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -23,11 +25,7 @@ impl Env {
         fs::create_dir(root.join("keys")).unwrap();
         fs::write(root.join("model/config.json"), br#"{"hidden_size": 640}"#).unwrap();
         fs::write(root.join("model/model.safetensors"), vec![3u8; 50_000]).unwrap();
-        fs::write(
-            root.join("gemma3.eng"),
-            b"# engine source\nlet x = linear(w, h)\n",
-        )
-        .unwrap();
+        fs::write(root.join("gemma3.eng"), ENGINE).unwrap();
         let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/gemma3.json");
         fs::copy(policy, root.join("gemma3.json")).unwrap();
         Env { dir }
@@ -483,6 +481,13 @@ fn rejects_approve_with_bad_model_engine_or_key() {
     let mut args = approve_args(&[]);
     args[2] = "missing.eng";
     env.fails(&args, 2, "cannot read engine source missing.eng");
+    // Approval runs the verifier: an engine whose private code calls a built-in outside the
+    // policy is refused, and nothing is signed.
+    let leaky = ENGINE.replace("let gate = gelu_tanh(", "let gate = softmax(");
+    fs::write(env.path("gemma3.eng"), leaky).unwrap();
+    env.fails(&approve_args(&[]), 3, "softmax");
+    assert!(!env.path("new.json").exists());
+    fs::write(env.path("gemma3.eng"), ENGINE).unwrap();
     let mut args = approve_args(&[]);
     args[8] = "keys/a.key.pub";
     env.fails(&args, 2, "is not a runner private key");
