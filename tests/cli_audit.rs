@@ -104,14 +104,9 @@ fn a_good_chain_prints_count_and_last_digest() {
     assert!(out.contains("last entry   seq 4,"), "{out}");
     assert!(out.contains("refused"), "{out}");
 
-    let json: serde_json::Value = serde_json::from_str(&env.ok(&[
-        "audit",
-        "verify",
-        "--state-dir",
-        "state",
-        "--json",
-    ]))
-    .unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&env.ok(&["audit", "verify", "--state-dir", "state", "--json"]))
+            .unwrap();
     assert_eq!(json["intact"], true);
     assert_eq!(json["entries"], 4);
     assert_eq!(json["last_digest"], env.last_digest());

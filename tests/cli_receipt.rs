@@ -201,7 +201,11 @@ fn verifies_an_untouched_receipt_and_prints_what_it_binds() {
 fn outputs_flag_names_another_directory() {
     let env = Env::new();
     fs::create_dir(env.path("copy")).unwrap();
-    fs::copy(env.path("out/outputs.jsonl"), env.path("copy/outputs.jsonl")).unwrap();
+    fs::copy(
+        env.path("out/outputs.jsonl"),
+        env.path("copy/outputs.jsonl"),
+    )
+    .unwrap();
     fs::remove_file(env.path("out/outputs.jsonl")).unwrap();
     env.fails(VERIFY, 3, "outputs.jsonl is missing");
     let out = env.ok(&with(&["--outputs", "copy"]));

@@ -193,7 +193,9 @@ pub enum ChainProblem {
     #[error("the line is not in canonical form (RFC 8785), so it was rewritten")]
     NotCanonical,
     /// `seq` is not the line number.
-    #[error("seq is {found}, expected {expected} (an entry before it was removed, inserted or moved)")]
+    #[error(
+        "seq is {found}, expected {expected} (an entry before it was removed, inserted or moved)"
+    )]
     SeqGap {
         /// The line number.
         expected: u64,
@@ -436,15 +438,19 @@ pub fn verify_chain(mut reader: impl BufRead) -> Result<ChainSummary, VerifyErro
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(VerifyError::Io)?;
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(VerifyError::Io)?;
         if n == 0 {
             break;
         }
         line_no += 1;
-        let broken = |problem| VerifyError::Broken(ChainBreak {
-            line: line_no,
-            problem,
-        });
+        let broken = |problem| {
+            VerifyError::Broken(ChainBreak {
+                line: line_no,
+                problem,
+            })
+        };
         let Some(line) = buf.strip_suffix(b"\n") else {
             return Err(broken(ChainProblem::Truncated));
         };
@@ -898,6 +904,9 @@ mod tests {
             resolve_state_dir(None, Some("".into())),
             PathBuf::from(".runner-state")
         );
-        assert_eq!(resolve_state_dir(None, None), PathBuf::from(".runner-state"));
+        assert_eq!(
+            resolve_state_dir(None, None),
+            PathBuf::from(".runner-state")
+        );
     }
 }

@@ -213,7 +213,9 @@ impl RunFacts {
         }
         let v = &self.runner.version;
         if v.is_empty() || v.len() > MAX_NAME_LEN || v.chars().any(char::is_control) {
-            return Err("field `runner.version` is empty, too long or has control characters".into());
+            return Err(
+                "field `runner.version` is empty, too long or has control characters".into(),
+            );
         }
         if self.generation.outputs.is_empty() {
             return Err("field `generation.outputs` is empty".into());
@@ -545,7 +547,10 @@ pub fn sign_receipt(
         });
     }
     subjects.sort_by(|a, b| a.name.cmp(&b.name));
-    if let Some([a, _]) = subjects.windows(2).find(|w| matches!(w, [a, b] if a.name == b.name)) {
+    if let Some([a, _]) = subjects
+        .windows(2)
+        .find(|w| matches!(w, [a, b] if a.name == b.name))
+    {
         return Err(ReceiptError::DuplicateOutput(a.name.clone()));
     }
     let statement = ReceiptStatement {
@@ -983,7 +988,8 @@ mod tests {
             other => panic!("{other}"),
         }
         assert!(
-            e.to_string().contains("outputs.jsonl differs from the receipt"),
+            e.to_string()
+                .contains("outputs.jsonl differs from the receipt"),
             "{e}"
         );
     }
@@ -1093,11 +1099,7 @@ mod tests {
         let f = fx();
         let payload = Envelope::parse(&f.receipt()).unwrap().payload;
         let text = String::from_utf8(payload).unwrap();
-        let dup = text.replacen(
-            "\"predicate\":{",
-            "\"predicate\":{\"policy_id\":\"00\",",
-            1,
-        );
+        let dup = text.replacen("\"predicate\":{", "\"predicate\":{\"policy_id\":\"00\",", 1);
         let e = malformed(f.verify(&f.signed(dup.as_bytes())));
         assert!(
             matches!(&e, ReceiptError::Payload(m) if m.contains("duplicate key `policy_id`")),
@@ -1171,7 +1173,10 @@ mod tests {
     fn rejects_duplicate_or_unsorted_subjects() {
         let f = fx();
         let e = sign_receipt(&f.facts, &[("a", b"1"), ("a", b"2")], &f.runner).unwrap_err();
-        assert!(matches!(&e, ReceiptError::DuplicateOutput(n) if n == "a"), "{e}");
+        assert!(
+            matches!(&e, ReceiptError::DuplicateOutput(n) if n == "a"),
+            "{e}"
+        );
         let bytes = sign_receipt(&f.facts, &[("b", b"1"), ("a", b"2")], &f.runner).unwrap();
         let payload = Envelope::parse(&bytes).unwrap().payload;
         let mut v: Value = serde_json::from_slice(&payload).unwrap();
