@@ -777,6 +777,26 @@ fn rejects_text_prompt_without_a_tokenizer() {
 }
 
 #[test]
+fn rejects_chat_turn_with_unknown_role() {
+    require_tokenizer();
+    let env = Env::new();
+    env.write(
+        "inputs.jsonl",
+        "{\"id\":\"ok\",\"tokens\":[2,5]}\n\
+         {\"id\":\"odd\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},\
+         {\"role\":\"narrator\",\"content\":\"Meanwhile\"}]}\n",
+    );
+    env.refused(
+        EXEC,
+        2,
+        &[
+            "input \"odd\": chat turn 1 has role",
+            "optionally a first \"system\" turn",
+        ],
+    );
+}
+
+#[test]
 fn rejects_unapproved_tokenizer_file() {
     // A tokenizer outside the model directory is not bound by the certificate, so only the
     // official Gemma 3 file is accepted.
@@ -869,8 +889,8 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
 
 // ---- text prompts through the real tokenizer ----
 
-#[test]
-fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
+/// The cached official tokenizer; its absence fails the test (the suite expects it).
+fn require_tokenizer() -> PathBuf {
     let cached = cached_tokenizer_path().expect("HOME or RUNNER_CACHE must be set");
     assert!(
         cached.exists(),
@@ -878,6 +898,12 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
          (scripts/test.sh does this before the suite)",
         cached.display()
     );
+    cached
+}
+
+#[test]
+fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
+    let cached = require_tokenizer();
     let env = Env::bare();
     // A model with the tokenizer's vocabulary: 262144 x 64 bf16 embeddings, ~33 MB.
     SyntheticSpec {

@@ -260,9 +260,17 @@ pub enum Refusal {
         /// Its SHA-256.
         found: String,
     },
-    /// The tokenizer failed to load or encode.
+    /// The tokenizer failed to load.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// An input's prompt could not be put through the template and tokenizer.
+    #[error("input {id:?}: {source}")]
+    Encode {
+        /// The input's id.
+        id: String,
+        /// What went wrong.
+        source: TokenizerError,
+    },
     /// The engine does not compile for the model.
     #[error(transparent)]
     Compile(#[from] GenerateError),
@@ -277,7 +285,7 @@ impl Diagnose for Refusal {
             Refusal::ModelDigest(e) => e.exit(),
             Refusal::Weights(e) => e.exit(),
             Refusal::Inputs(e) => e.exit(),
-            Refusal::Tokenizer(e) => e.exit(),
+            Refusal::Tokenizer(e) | Refusal::Encode { source: e, .. } => e.exit(),
             Refusal::Compile(e) => e.exit(),
             Refusal::ReadCertificate { .. }
             | Refusal::ReadEngine { .. }
@@ -295,6 +303,12 @@ impl Diagnose for Refusal {
             Refusal::Weights(e) => return e.hint(),
             Refusal::Inputs(e) => return e.hint(),
             Refusal::Tokenizer(e) => return e.hint(),
+            Refusal::Encode { source, .. } => match source {
+                TokenizerError::Role { .. } => "chat turns have role \"user\", \"model\" (or \
+                    \"assistant\"), and optionally a first \"system\" turn"
+                    .into(),
+                other => return other.hint(),
+            },
             Refusal::Compile(e) => return e.hint(),
             Refusal::Superseded { .. } => {
                 "run with the certificate that superseded it (see `runner inspect`)".into()
@@ -456,12 +470,16 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
     let vocab = checkpoint.config.vocab_size;
     let mut prompts = Vec::with_capacity(inputs.len());
     for input in &inputs {
-        let ids = match (&input.prompt, &tokenizer) {
-            (Prompt::Tokens(t), _) => t.clone(),
-            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, g.template)?,
-            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns)?,
+        let encoded = match (&input.prompt, &tokenizer) {
+            (Prompt::Tokens(t), _) => Ok(t.clone()),
+            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, g.template),
+            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns),
             (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
         };
+        let ids = encoded.map_err(|source| Refusal::Encode {
+            id: input.id.clone(),
+            source,
+        })?;
         if let Some(position) = ids.iter().position(|&t| t as usize >= vocab) {
             return Err(Refusal::TokenOutOfVocab {
                 id: input.id.clone(),
