@@ -398,6 +398,15 @@ fn exec_runs_an_approved_job_and_its_receipt_verifies() {
     );
 }
 
+#[test]
+fn shipped_examples_parse() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let job = runner::job::spec::JobSpec::load(&repo.join("examples/job.toml")).unwrap();
+    assert_eq!(job.generation.batch_size, 8);
+    let inputs = runner::job::inputs::read_inputs(&repo.join("examples/inputs.jsonl")).unwrap();
+    assert_eq!(inputs.len(), 4);
+}
+
 // ---- refusals: exit code, message, hint, audit entry, nothing written ----
 
 #[test]
@@ -786,14 +795,15 @@ fn rejects_chat_turn_with_unknown_role() {
          {\"id\":\"odd\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},\
          {\"role\":\"narrator\",\"content\":\"Meanwhile\"}]}\n",
     );
-    env.refused(
+    let stderr = env.refused(
         EXEC,
         2,
         &[
-            "input \"odd\": chat turn 1 has role",
-            "optionally a first \"system\" turn",
+            "input \"odd\": chat turn 1 has a role other than",
+            "optionally after a first \"system\" turn",
         ],
     );
+    assert!(!stderr.contains("narrator"), "{stderr}");
 }
 
 #[test]

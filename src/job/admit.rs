@@ -263,6 +263,15 @@ pub enum Refusal {
     /// The tokenizer failed to load.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// A chat turn has a role the template does not know (the role itself is not shown:
+    /// inputs are private).
+    #[error("input {id:?}: chat turn {index} has a role other than \"user\", \"model\", \"assistant\" or a first \"system\"")]
+    ChatRole {
+        /// The input's id.
+        id: String,
+        /// 0-based position of the turn.
+        index: usize,
+    },
     /// An input's prompt could not be put through the template and tokenizer.
     #[error("input {id:?}: {source}")]
     Encode {
@@ -290,7 +299,8 @@ impl Diagnose for Refusal {
             Refusal::ReadCertificate { .. }
             | Refusal::ReadEngine { .. }
             | Refusal::NoTokenizer(_)
-            | Refusal::TokenOutOfVocab { .. } => Exit::BadInput,
+            | Refusal::TokenOutOfVocab { .. }
+            | Refusal::ChatRole { .. } => Exit::BadInput,
             _ => Exit::Refused,
         }
     }
@@ -303,12 +313,10 @@ impl Diagnose for Refusal {
             Refusal::Weights(e) => return e.hint(),
             Refusal::Inputs(e) => return e.hint(),
             Refusal::Tokenizer(e) => return e.hint(),
-            Refusal::Encode { source, .. } => match source {
-                TokenizerError::Role { .. } => "chat turns have role \"user\", \"model\" (or \
-                    \"assistant\"), and optionally a first \"system\" turn"
-                    .into(),
-                other => return other.hint(),
-            },
+            Refusal::Encode { source, .. } => return source.hint(),
+            Refusal::ChatRole { .. } => "chat turns have role \"user\" or \"model\" (or \
+                \"assistant\"), optionally after a first \"system\" turn"
+                .into(),
             Refusal::Compile(e) => return e.hint(),
             Refusal::Superseded { .. } => {
                 "run with the certificate that superseded it (see `runner inspect`)".into()
@@ -476,9 +484,15 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
             (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns),
             (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
         };
-        let ids = encoded.map_err(|source| Refusal::Encode {
-            id: input.id.clone(),
-            source,
+        let ids = encoded.map_err(|source| match source {
+            TokenizerError::Role { index, .. } => Refusal::ChatRole {
+                id: input.id.clone(),
+                index,
+            },
+            source => Refusal::Encode {
+                id: input.id.clone(),
+                source,
+            },
         })?;
         if let Some(position) = ids.iter().position(|&t| t as usize >= vocab) {
             return Err(Refusal::TokenOutOfVocab {
