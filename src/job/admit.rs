@@ -282,7 +282,14 @@ pub enum Refusal {
     },
     /// The engine does not compile for the model.
     #[error(transparent)]
-    Compile(#[from] GenerateError),
+    Compile(Box<GenerateError>),
+}
+
+// Boxed: the compiler's errors are large and every `admit` result would carry their size.
+impl From<GenerateError> for Refusal {
+    fn from(e: GenerateError) -> Refusal {
+        Refusal::Compile(Box::new(e))
+    }
 }
 
 impl Diagnose for Refusal {

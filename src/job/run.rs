@@ -52,7 +52,7 @@ pub enum RunFailure {
     OutputExists(PathBuf),
     /// The engine failed.
     #[error(transparent)]
-    Generate(#[from] GenerateError),
+    Generate(Box<GenerateError>),
     /// Decoding generated tokens failed.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
@@ -83,6 +83,13 @@ impl Diagnose for RunFailure {
             }
             _ => None,
         }
+    }
+}
+
+// Boxed: the engine's errors are large and every result here would carry their size.
+impl From<GenerateError> for RunFailure {
+    fn from(e: GenerateError) -> RunFailure {
+        RunFailure::Generate(Box::new(e))
     }
 }
 
