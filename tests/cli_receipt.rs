@@ -35,8 +35,10 @@ impl Env {
         fs::create_dir(env.path("out")).unwrap();
         env.write("model/config.json", br#"{"hidden_size": 640}"#);
         env.write("model/model.safetensors", &[7u8; 4096]);
-        env.write("gemma3.eng", b"# engine source\n");
-        let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/gemma3.json");
+        // approve runs the verifier, so the engine must be a real one.
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        fs::copy(repo.join("engines/gemma3.eng"), env.path("gemma3.eng")).unwrap();
+        let policy = repo.join("policies/gemma3.json");
         fs::copy(policy, env.path("gemma3.json")).unwrap();
         for k in ["owner", "runner", "other-runner"] {
             env.ok(&["keygen", "--out", &format!("keys/{k}.key")]);

@@ -23,12 +23,10 @@ impl Env {
         fs::create_dir(root.join("keys")).unwrap();
         fs::write(root.join("model/config.json"), br#"{"hidden_size": 640}"#).unwrap();
         fs::write(root.join("model/model.safetensors"), vec![3u8; 50_000]).unwrap();
-        fs::write(
-            root.join("gemma3.eng"),
-            b"# engine source\nlet x = linear(w, h)\n",
-        )
-        .unwrap();
-        let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/gemma3.json");
+        // approve runs the verifier, so the engine must be a real one.
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        fs::copy(repo.join("engines/gemma3.eng"), root.join("gemma3.eng")).unwrap();
+        let policy = repo.join("policies/gemma3.json");
         fs::copy(policy, root.join("gemma3.json")).unwrap();
         Env { dir }
     }
