@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::{print, CliResult};
+use crate::error::{Diagnose, Exit};
 use crate::job::admit::{admit, Request};
 use crate::job::audit::{state_dir, AuditLog, AuditRecord, Outcome};
 use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
@@ -31,6 +32,16 @@ pub struct ExecArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// How the audit log records an error after admission: bad input (a missing runner key, an
+/// output directory that is not empty) means nothing ran, so it is a refusal, as in
+/// [`Outcome::Refused`]'s definition; only an operational failure is `failed`.
+fn outcome_of(e: &dyn Diagnose) -> Outcome {
+    match e.exit() {
+        Exit::Failure => Outcome::Failed,
+        _ => Outcome::Refused,
+    }
 }
 
 /// Verify, run, publish, audit.
@@ -73,14 +84,14 @@ pub fn exec(args: ExecArgs) -> CliResult {
     let key = match SecretKey::load(&admitted.job().runner_key) {
         Ok(k) => k,
         Err(e) => {
-            audit_failure(Outcome::Failed, &e)?;
+            audit_failure(outcome_of(&e), &e)?;
             return Err(e.into());
         }
     };
     let result = match run(admitted, &key, args.quiet) {
         Ok(r) => r,
         Err(e) => {
-            audit_failure(Outcome::Failed, &e)?;
+            audit_failure(outcome_of(&e), &e)?;
             return Err(e.into());
         }
     };

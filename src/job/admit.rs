@@ -11,8 +11,9 @@
 //! 4. the verifier, run again on the source: it passes, and its report (private ranges, calls
 //!    checked, built-ins, view digest) equals the approved one;
 //! 5. the model: the checkpoint's digest equals the approved one, and the checkpoint loads;
-//! 6. the job against the policy's limits: batch size, new tokens, number of inputs, output kinds,
-//!    and every prompt's length in tokens after the template;
+//! 6. the job against the policy's limits: batch size, new tokens, output kinds, number of
+//!    inputs (after every line of the inputs file parsed), and every prompt's length in tokens
+//!    after the template (each prompt's ids must also be inside the model's vocabulary);
 //! 7. the engine compiles for the model.
 
 use std::path::{Path, PathBuf};
@@ -25,7 +26,9 @@ use super::inputs::{read_inputs, Input, InputsError, Prompt};
 use super::spec::{JobError, JobSpec};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::{model_digest, ModelDigestError};
-use crate::model::tokenizer::{cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256};
+use crate::model::tokenizer::{
+    cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256,
+};
 use crate::model::weights::{Checkpoint, WeightsError};
 use crate::restrict::{check_bytes, RestrictError};
 use crate::trust::certificate::{CertError, RestrictReport};
@@ -158,7 +161,9 @@ pub enum Refusal {
         found: String,
     },
     /// The certificate was approved under another verifier.
-    #[error("certificate was approved under verifier {approved}; this runner's verifier is {ours}")]
+    #[error(
+        "certificate was approved under verifier {approved}; this runner's verifier is {ours}"
+    )]
     VerifierVersion {
         /// Version in the certificate.
         approved: String,
@@ -189,7 +194,9 @@ pub enum Refusal {
     #[error(transparent)]
     ModelDigest(#[from] ModelDigestError),
     /// The model differs from the approved one.
-    #[error("model {path} is not the approved model: digest {found}, certificate approves {expected}")]
+    #[error(
+        "model {path} is not the approved model: digest {found}, certificate approves {expected}"
+    )]
     ModelChanged {
         /// The model directory.
         path: PathBuf,
@@ -224,8 +231,18 @@ pub enum Refusal {
         /// The limit.
         max: u32,
     },
+    /// A prompt holds a token id the model does not have.
+    #[error("input {id:?}: token {position} of its prompt (after the template) is outside the model's vocabulary of {vocab} ids")]
+    TokenOutOfVocab {
+        /// The input's id.
+        id: String,
+        /// 0-based position of the first such token (the value is not shown: inputs are private).
+        position: usize,
+        /// The model's `vocab_size`.
+        vocab: usize,
+    },
     /// The job asks for an output kind the policy does not allow.
-    #[error("job asks for output {kind:?}, which the policy does not allow (outputs: {allowed})")]
+    #[error("job asks for output {}, which the policy does not allow (outputs: {allowed})", json_name(.kind))]
     OutputKind {
         /// The refused kind.
         kind: OutputKind,
@@ -243,12 +260,36 @@ pub enum Refusal {
         /// Its SHA-256.
         found: String,
     },
-    /// The tokenizer failed to load or encode.
+    /// The tokenizer failed to load.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// A chat turn has a role the template does not know (the role itself is not shown:
+    /// inputs are private).
+    #[error("input {id:?}: chat turn {index} has a role other than \"user\", \"model\", \"assistant\" or a first \"system\"")]
+    ChatRole {
+        /// The input's id.
+        id: String,
+        /// 0-based position of the turn.
+        index: usize,
+    },
+    /// An input's prompt could not be put through the template and tokenizer.
+    #[error("input {id:?}: {source}")]
+    Encode {
+        /// The input's id.
+        id: String,
+        /// What went wrong.
+        source: TokenizerError,
+    },
     /// The engine does not compile for the model.
     #[error(transparent)]
-    Compile(#[from] GenerateError),
+    Compile(Box<GenerateError>),
+}
+
+// Boxed: the compiler's errors are large and every `admit` result would carry their size.
+impl From<GenerateError> for Refusal {
+    fn from(e: GenerateError) -> Refusal {
+        Refusal::Compile(Box::new(e))
+    }
 }
 
 impl Diagnose for Refusal {
@@ -260,11 +301,13 @@ impl Diagnose for Refusal {
             Refusal::ModelDigest(e) => e.exit(),
             Refusal::Weights(e) => e.exit(),
             Refusal::Inputs(e) => e.exit(),
-            Refusal::Tokenizer(e) => e.exit(),
+            Refusal::Tokenizer(e) | Refusal::Encode { source: e, .. } => e.exit(),
             Refusal::Compile(e) => e.exit(),
-            Refusal::ReadCertificate { .. } | Refusal::ReadEngine { .. } | Refusal::NoTokenizer(_) => {
-                Exit::BadInput
-            }
+            Refusal::ReadCertificate { .. }
+            | Refusal::ReadEngine { .. }
+            | Refusal::NoTokenizer(_)
+            | Refusal::TokenOutOfVocab { .. }
+            | Refusal::ChatRole { .. } => Exit::BadInput,
             _ => Exit::Refused,
         }
     }
@@ -277,6 +320,10 @@ impl Diagnose for Refusal {
             Refusal::Weights(e) => return e.hint(),
             Refusal::Inputs(e) => return e.hint(),
             Refusal::Tokenizer(e) => return e.hint(),
+            Refusal::Encode { source, .. } => return source.hint(),
+            Refusal::ChatRole { .. } => "chat turns have role \"user\" or \"model\" (or \
+                \"assistant\"), optionally after a first \"system\" turn"
+                .into(),
             Refusal::Compile(e) => return e.hint(),
             Refusal::Superseded { .. } => {
                 "run with the certificate that superseded it (see `runner inspect`)".into()
@@ -290,19 +337,23 @@ impl Diagnose for Refusal {
                 "the owners must re-approve the engine under this runner's verifier".into()
             }
             Refusal::ModelChanged { .. } => {
-                "use the model directory the owners approved, or ask them to approve this one".into()
+                "use the model directory the owners approved, or ask them to approve this one"
+                    .into()
             }
             Refusal::Limit { .. } | Refusal::PromptTooLong { .. } | Refusal::OutputKind { .. } => {
                 "reduce the job to the policy's limits (see `runner inspect CERT`)".into()
+            }
+            Refusal::TokenOutOfVocab { .. } => {
+                "token ids must be below the model's vocab_size (config.json); text prompts need \
+                 a tokenizer made for this model"
+                    .into()
             }
             Refusal::NoTokenizer(_) | Refusal::TokenizerUnapproved { .. } => {
                 "run scripts/fetch_tokenizer.sh, put tokenizer.json in the approved model \
                  directory, or give only token-id inputs with outputs = [\"tokens\"]"
                     .into()
             }
-            Refusal::ReadCertificate { .. } | Refusal::ReadEngine { .. } => {
-                "check the path".into()
-            }
+            Refusal::ReadCertificate { .. } | Refusal::ReadEngine { .. } => "check the path".into(),
         })
     }
 }
@@ -314,7 +365,11 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
         source,
     })?;
     let certificate = verify_certificate(&cert_bytes, req.trust, req.now)?;
-    if let Some((old, newer)) = req.superseded.iter().find(|(old, _)| *old == certificate.digest()) {
+    if let Some((old, newer)) = req
+        .superseded
+        .iter()
+        .find(|(old, _)| *old == certificate.digest())
+    {
         return Err(Refusal::Superseded {
             old: old.short(),
             new: newer.short(),
@@ -356,10 +411,15 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
     }
 
     let checked = check_bytes(&source, &job.engine.display().to_string(), policy)?;
-    let approved = certificate.engine().restrict.as_ref().ok_or(Refusal::NoReport)?;
+    let approved = certificate
+        .engine()
+        .restrict
+        .as_ref()
+        .ok_or(Refusal::NoReport)?;
     compare_reports(approved, &RestrictReport::from_report(checked.report())?)?;
 
-    let checkpoint = Checkpoint::load(&job.model)?;
+    // Digest before parsing: bytes the owners did not approve are refused as such (exit 3),
+    // whatever is wrong with them, and never reach the safetensors parser.
     let model = model_digest(&job.model)?;
     if model.digest != certificate.model_digest() {
         return Err(Refusal::ModelChanged {
@@ -368,6 +428,7 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
             found: model.digest.to_hex(),
         });
     }
+    let checkpoint = Checkpoint::load(&job.model)?;
 
     let limits = &policy.limits;
     let g = &job.generation;
@@ -376,14 +437,23 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
         ("max_new_tokens", g.max_new_tokens, limits.max_new_tokens),
     ] {
         if found > max {
-            return Err(Refusal::Limit { limit, found: found.into(), max: max.into() });
+            return Err(Refusal::Limit {
+                limit,
+                found: found.into(),
+                max: max.into(),
+            });
         }
     }
     for kind in &g.outputs {
         if !policy.outputs.contains(kind) {
             return Err(Refusal::OutputKind {
                 kind: *kind,
-                allowed: format!("{:?}", policy.outputs),
+                allowed: policy
+                    .outputs
+                    .iter()
+                    .map(json_name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
     }
@@ -401,21 +471,43 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
     }
 
     let needs_text = g.outputs.contains(&OutputKind::Text)
-        || inputs.iter().any(|i| !matches!(i.prompt, Prompt::Tokens(_)));
+        || inputs
+            .iter()
+            .any(|i| !matches!(i.prompt, Prompt::Tokens(_)));
     let (tokenizer, tokenizer_digest) = if needs_text {
         let (t, d) = load_tokenizer(&job)?;
         (Some(t), Some(d))
     } else {
         (None, None)
     };
+    // Checked here rather than when the batch runs: a bad id in the last input must not be found
+    // after every earlier batch has run, and the refusal must name the input.
+    let vocab = checkpoint.config.vocab_size;
     let mut prompts = Vec::with_capacity(inputs.len());
     for input in &inputs {
-        let ids = match (&input.prompt, &tokenizer) {
-            (Prompt::Tokens(t), _) => t.clone(),
-            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, g.template)?,
-            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns)?,
+        let encoded = match (&input.prompt, &tokenizer) {
+            (Prompt::Tokens(t), _) => Ok(t.clone()),
+            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, g.template),
+            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns),
             (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
         };
+        let ids = encoded.map_err(|source| match source {
+            TokenizerError::Role { index, .. } => Refusal::ChatRole {
+                id: input.id.clone(),
+                index,
+            },
+            source => Refusal::Encode {
+                id: input.id.clone(),
+                source,
+            },
+        })?;
+        if let Some(position) = ids.iter().position(|&t| t as usize >= vocab) {
+            return Err(Refusal::TokenOutOfVocab {
+                id: input.id.clone(),
+                position,
+                vocab,
+            });
+        }
         if ids.len() > limits.max_prompt_tokens as usize {
             return Err(Refusal::PromptTooLong {
                 id: input.id.clone(),
@@ -438,6 +530,11 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
         tokenizer_digest,
         generator,
     })
+}
+
+/// How a value is spelled in job.toml and the policy (`"text"`), for messages.
+fn json_name<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "?".into())
 }
 
 fn compare_reports(approved: &RestrictReport, found: &RestrictReport) -> Result<(), Refusal> {
@@ -465,10 +562,14 @@ fn load_tokenizer(job: &JobSpec) -> Result<(Tokenizer, Digest), Refusal> {
         None if in_model.exists() => in_model.clone(),
         None => cached_tokenizer_path()
             .filter(|p| p.exists())
-            .ok_or_else(|| Refusal::NoTokenizer("no tokenizer.json in the model directory or the cache".into()))?,
+            .ok_or_else(|| {
+                Refusal::NoTokenizer("no tokenizer.json in the model directory or the cache".into())
+            })?,
     };
-    let bytes = std::fs::read(&path).map_err(|e| Refusal::NoTokenizer(format!("{}: {e}", path.display())))?;
-    let bound_by_model = path.parent() == Some(job.model.as_path()) && path.file_name() == in_model.file_name();
+    let bytes = std::fs::read(&path)
+        .map_err(|e| Refusal::NoTokenizer(format!("{}: {e}", path.display())))?;
+    let bound_by_model =
+        path.parent() == Some(job.model.as_path()) && path.file_name() == in_model.file_name();
     if !bound_by_model {
         let sha = ring::digest::digest(&ring::digest::SHA256, &bytes);
         let hex: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();

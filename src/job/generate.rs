@@ -108,6 +108,9 @@ fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u3
         .with("pad", Value::ids(pad))
 }
 
+/// A batch's first step: tokens (left-padded rows), positions, and pads per row.
+type Prefill = (Vec<u32>, Vec<u32>, Vec<u32>);
+
 impl Generator {
     /// Compile `entry` of a verified engine for this checkpoint. The engine's entry takes
     /// `(model, tokens, positions, pad)` and returns one id per sequence (`main`) or the last
@@ -131,10 +134,7 @@ impl Generator {
     }
 
     /// A batch's first step: left-padded prompts, their positions and pad counts.
-    fn prefill(
-        &self,
-        prompts: &[Vec<u32>],
-    ) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>), GenerateError> {
+    fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Prefill, GenerateError> {
         let vocab = self.checkpoint.config.vocab_size;
         let pad_id = self.checkpoint.config.pad_token_id;
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);

@@ -49,7 +49,7 @@ pub enum RunFailure {
     OutputExists(PathBuf),
     /// The engine failed.
     #[error(transparent)]
-    Generate(#[from] GenerateError),
+    Generate(Box<GenerateError>),
     /// Decoding generated tokens failed.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
@@ -83,6 +83,13 @@ impl Diagnose for RunFailure {
     }
 }
 
+// Boxed: the engine's errors are large and every result here would carry their size.
+impl From<GenerateError> for RunFailure {
+    fn from(e: GenerateError) -> RunFailure {
+        RunFailure::Generate(Box::new(e))
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunFailure + '_ {
     move |source| RunFailure::Io {
         path: path.to_owned(),
@@ -105,16 +112,19 @@ fn progress_bar(inputs: usize, quiet: bool) -> ProgressBar {
     }
     // indicatif draws only when stderr is a terminal.
     let bar = ProgressBar::new(inputs as u64);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} inputs  {msg}  eta {eta}",
-    ) {
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} inputs  {msg}  eta {eta}")
+    {
         bar.set_style(style);
     }
     bar
 }
 
 /// Run every input through the engine, sign the receipt, publish the pair.
-pub fn run(admitted: Admitted, runner_key: &SecretKey, quiet: bool) -> Result<RunResult, RunFailure> {
+pub fn run(
+    admitted: Admitted,
+    runner_key: &SecretKey,
+    quiet: bool,
+) -> Result<RunResult, RunFailure> {
     let job = admitted.job();
     check_output_dir(&job.output_dir)?;
     let started_at = Timestamp::now();
@@ -122,7 +132,12 @@ pub fn run(admitted: Admitted, runner_key: &SecretKey, quiet: bool) -> Result<Ru
     let g = &job.generation;
     let settings = Settings {
         max_new_tokens: g.max_new_tokens as usize,
-        stop_ids: admitted.generator().checkpoint().config.eos_token_ids.clone(),
+        stop_ids: admitted
+            .generator()
+            .checkpoint()
+            .config
+            .eos_token_ids
+            .clone(),
     };
     let bar = progress_bar(admitted.inputs().len(), quiet);
     let mut lines = Vec::new();
@@ -132,7 +147,11 @@ pub fn run(admitted: Admitted, runner_key: &SecretKey, quiet: bool) -> Result<Ru
         finish_reasons: FinishReasons { stop: 0, length: 0 },
     };
     let batch = g.batch_size.max(1) as usize;
-    for (inputs, prompts) in admitted.inputs().chunks(batch).zip(admitted.prompts().chunks(batch)) {
+    for (inputs, prompts) in admitted
+        .inputs()
+        .chunks(batch)
+        .zip(admitted.prompts().chunks(batch))
+    {
         let generated = admitted.generator().generate(prompts, &settings, |_| {})?;
         for (input, out) in inputs.iter().zip(generated) {
             let mut line = serde_json::Map::new();
@@ -156,7 +175,10 @@ pub fn run(admitted: Admitted, runner_key: &SecretKey, quiet: bool) -> Result<Ru
         }
         bar.inc(inputs.len() as u64);
         let secs = started.elapsed().as_secs_f64().max(1e-9);
-        bar.set_message(format!("{:.1} tokens/s", counts.generated_tokens as f64 / secs));
+        bar.set_message(format!(
+            "{:.1} tokens/s",
+            counts.generated_tokens as f64 / secs
+        ));
     }
     bar.finish_and_clear();
 
@@ -183,7 +205,10 @@ pub fn run(admitted: Admitted, runner_key: &SecretKey, quiet: bool) -> Result<Ru
         counts,
     };
     let receipt = sign_receipt(&facts, &[(OUTPUTS_FILE, &outputs)], runner_key)?;
-    publish(&job.output_dir, &[(OUTPUTS_FILE, &outputs), (RECEIPT_FILE, &receipt)])?;
+    publish(
+        &job.output_dir,
+        &[(OUTPUTS_FILE, &outputs), (RECEIPT_FILE, &receipt)],
+    )?;
     Ok(RunResult {
         output_dir: job.output_dir.clone(),
         facts,
@@ -213,13 +238,17 @@ pub fn publish(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), RunFailure> {
         f.write_all(bytes).map_err(io(&path))?;
         f.sync_all().map_err(io(&path))?;
     }
-    fs::File::open(&staging).and_then(|d| d.sync_all()).map_err(io(&staging))?;
+    fs::File::open(&staging)
+        .and_then(|d| d.sync_all())
+        .map_err(io(&staging))?;
     // An empty output_dir (made by the operator) is replaced; a non-empty one was refused.
     if dir.is_dir() {
         fs::remove_dir(dir).map_err(|_| RunFailure::OutputExists(dir.to_owned()))?;
     }
     fs::rename(&staging, dir).map_err(io(dir))?;
-    fs::File::open(&parent).and_then(|d| d.sync_all()).map_err(io(&parent))?;
+    fs::File::open(&parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io(&parent))?;
     Ok(())
 }
 

@@ -1,0 +1,956 @@
+//! `runner exec` end to end, through the real binary, each test in its own temporary directory
+//! with its own state directory: keygen, approve, cosign, exec, `runner verify` and `runner audit
+//! verify`; every refusal's exit code, message, hint, audit entry and the absence of any output;
+//! a run killed mid-way leaving nothing behind; and text prompts through the real tokenizer.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use runner::model::config::ModelConfig;
+use runner::model::digest::model_digest;
+use runner::model::synthetic::SyntheticSpec;
+use runner::model::tokenizer::{cached_tokenizer_path, Tokenizer};
+use runner::trust::certificate::Certificate;
+use runner::trust::digest::Digest;
+use serde_json::Value;
+
+const FIXTURE: &str = "tests/fixtures/models/tiny-270m";
+
+/// The flags every exec here runs with: the state directory and trust file inside the tempdir.
+const EXEC: &[&str] = &[
+    "exec",
+    "--cert",
+    "cert.json",
+    "--trust",
+    "trust.toml",
+    "--state-dir",
+    "state",
+    "--quiet",
+    "job.toml",
+];
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// Two owner keys and a runner key, the shipped engine and policy, the tiny-270m fixture
+    /// as `model/`, a 2-of-2 trust file, a certificate both owners signed, the fixture's prompts
+    /// as `inputs.jsonl` and a job over them.
+    fn new() -> Env {
+        let env = Env::bare();
+        env.write_model_fixture();
+        env.approve_both("policies/gemma3.json", "cert.json", &[]);
+        env.write_inputs(&fixture_prompts());
+        env.write_job(2, 16, r#"["tokens"]"#);
+        env
+    }
+
+    /// Keys, engine, policy and trust file; no model, certificate, inputs or job.
+    fn bare() -> Env {
+        let env = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for d in ["keys", "engines", "policies"] {
+            fs::create_dir(env.path(d)).unwrap();
+        }
+        fs::copy(
+            repo.join("engines/gemma3.eng"),
+            env.path("engines/gemma3.eng"),
+        )
+        .unwrap();
+        fs::copy(
+            repo.join("policies/gemma3.json"),
+            env.path("policies/gemma3.json"),
+        )
+        .unwrap();
+        for k in ["owner-a", "owner-b", "runner"] {
+            env.keygen(k);
+        }
+        env.trust("");
+        env
+    }
+
+    fn write_model_fixture(&self) {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        fs::create_dir(self.path("model")).unwrap();
+        for f in ["config.json", "model.safetensors"] {
+            fs::copy(repo.join(FIXTURE).join(f), self.path("model").join(f)).unwrap();
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, bytes: impl AsRef<[u8]>) {
+        fs::write(self.path(name), bytes).unwrap();
+    }
+
+    fn read(&self, name: &str) -> String {
+        fs::read_to_string(self.path(name)).unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+        cmd.args(args).current_dir(self.dir.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn keygen(&self, name: &str) {
+        self.ok(&["keygen", "--out", &format!("keys/{name}.key")]);
+    }
+
+    /// trust.toml: owners a and b, both required, plus `extra` lines.
+    fn trust(&self, extra: &str) {
+        self.write(
+            "trust.toml",
+            format!(
+                "required_signatures = 2\n\
+                 owners = [\"keys/owner-a.key.pub\", \"keys/owner-b.key.pub\"]\n{extra}"
+            ),
+        );
+    }
+
+    /// `runner approve` of the engine and model under `policy`, signed by `key`.
+    fn approve(&self, policy: &str, key: &str, out: &str, extra: &[&str]) {
+        let key = format!("keys/{key}.key");
+        let mut args = vec![
+            "approve",
+            "--engine",
+            "engines/gemma3.eng",
+            "--policy",
+            policy,
+            "--model",
+            "model",
+            "--key",
+            &key,
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        self.ok(&args);
+    }
+
+    fn cosign(&self, cert: &str, key: &str) {
+        self.ok(&["cosign", cert, "--key", &format!("keys/{key}.key")]);
+    }
+
+    /// Approved by owner a, cosigned by owner b.
+    fn approve_both(&self, policy: &str, out: &str, extra: &[&str]) {
+        self.approve(policy, "owner-a", out, extra);
+        self.cosign(out, "owner-b");
+    }
+
+    /// inputs.jsonl: one `{"id", "tokens"}` line per prompt, ids p0, p1, ...
+    fn write_inputs(&self, prompts: &[Vec<u32>]) {
+        let mut text = String::new();
+        for (i, p) in prompts.iter().enumerate() {
+            text.push_str(&serde_json::json!({"id": format!("p{i}"), "tokens": p}).to_string());
+            text.push('\n');
+        }
+        self.write("inputs.jsonl", text);
+    }
+
+    fn write_job(&self, batch_size: u32, max_new_tokens: u32, outputs: &str) {
+        self.write("job.toml", job_toml(batch_size, max_new_tokens, outputs));
+    }
+
+    fn exec(&self) -> Output {
+        self.run(EXEC)
+    }
+
+    /// EXEC with `--cert` replaced.
+    fn exec_with_cert(&self, cert: &'static str) -> Vec<&'static str> {
+        let mut args = EXEC.to_vec();
+        args[2] = cert;
+        args
+    }
+
+    /// Entries in the audit log (0 when there is none yet).
+    fn audit_entries(&self) -> u64 {
+        if !self.path("state/audit.jsonl").exists() {
+            return 0;
+        }
+        self.audit()["entries"].as_u64().unwrap()
+    }
+
+    /// `runner audit verify --json`: the chain is intact.
+    fn audit(&self) -> Value {
+        let out = self.ok(&["audit", "verify", "--state-dir", "state", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["intact"], true, "{v}");
+        v
+    }
+
+    /// Run `args`, expect exit `code`, a message containing every needle, a hint, nothing on
+    /// stdout, and one more audit entry: `refused`, its reason the message. Returns stderr.
+    fn refusal(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
+        let before = self.audit_entries();
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: expected {needle:?} in: {stderr}"
+            );
+        }
+        assert!(stderr.contains("\n  hint: "), "no hint in: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?} printed to stdout on failure"
+        );
+        let audit = self.audit();
+        assert_eq!(audit["entries"].as_u64().unwrap(), before + 1, "{audit}");
+        let last = &audit["last"];
+        assert_eq!(last["outcome"], "refused", "{last}");
+        let reason = last["reason"].as_str().unwrap();
+        // The reason is the message as printed (which may span lines), without the hint.
+        let message = stderr
+            .strip_prefix("error: ")
+            .and_then(|s| s.split("\n  hint: ").next());
+        assert_eq!(Some(reason), message, "{last}");
+        assert!(last["output_digests"].as_array().unwrap().is_empty());
+        stderr
+    }
+
+    /// [`Env::refusal`], and the job wrote nothing: `out/` does not exist.
+    fn refused(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
+        let stderr = self.refusal(args, code, needles);
+        assert!(!self.path("out").exists(), "out/ was written: {stderr}");
+        stderr
+    }
+
+    /// A copy of the shipped policy with small limits and only token output, approved by both
+    /// owners as `cert-small.json`.
+    fn small_policy(&self) {
+        let mut policy: Value = serde_json::from_str(&self.read("policies/gemma3.json")).unwrap();
+        policy["name"] = "gemma3-small".into();
+        policy["limits"] = serde_json::json!({
+            "max_batch": 2, "max_new_tokens": 8, "max_prompt_tokens": 8, "max_inputs": 3
+        });
+        policy["outputs"] = serde_json::json!(["tokens"]);
+        self.write(
+            "policies/small.json",
+            serde_json::to_vec_pretty(&policy).unwrap(),
+        );
+        self.approve_both("policies/small.json", "cert-small.json", &[]);
+    }
+
+    /// `runner verify` of out/receipt.json against `cert`, as JSON.
+    fn verify_receipt(&self, cert: &str) -> Value {
+        let out = self.ok(&[
+            "verify",
+            "out/receipt.json",
+            "--cert",
+            cert,
+            "--runner-key",
+            "keys/runner.key.pub",
+            "--json",
+        ]);
+        serde_json::from_str(&out).unwrap()
+    }
+
+    /// outputs.jsonl, one JSON object per line.
+    fn outputs(&self) -> Vec<Value> {
+        self.read("out/outputs.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn job_toml(batch_size: u32, max_new_tokens: u32, outputs: &str) -> String {
+    format!(
+        "engine = \"engines/gemma3.eng\"\n\
+         model = \"model\"\n\
+         inputs = \"inputs.jsonl\"\n\
+         output_dir = \"out\"\n\
+         runner_key = \"keys/runner.key\"\n\
+         \n\
+         [generation]\n\
+         batch_size = {batch_size}\n\
+         max_new_tokens = {max_new_tokens}\n\
+         outputs = {outputs}\n"
+    )
+}
+
+fn expected_json() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(FIXTURE)
+        .join("expected.json");
+    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| u32::try_from(t.as_u64().unwrap()).unwrap())
+        .collect()
+}
+
+/// The fixture's prompts (token ids), as recorded with the HF reference outputs.
+fn fixture_prompts() -> Vec<Vec<u32>> {
+    expected_json()["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect()
+}
+
+// ---- the whole flow ----
+
+#[test]
+fn exec_runs_an_approved_job_and_its_receipt_verifies() {
+    let env = Env::new();
+    let out = env.ok(EXEC);
+    assert!(out.contains("ran 4 inputs"), "{out}");
+    assert!(
+        out.contains("wrote outputs.jsonl and receipt.json in out"),
+        "{out}"
+    );
+
+    // One line per input, in input order, matching the HF reference: greedy tokens up to
+    // max_new_tokens, cut after the first of the model's stop ids (config.json's eos_token_id;
+    // the fixture has no generation_config.json). The batch of 2 mixes prompt lengths, so
+    // left padding is exercised.
+    let expected = expected_json();
+    let eos = ModelConfig::load(&env.path("model")).unwrap().eos_token_ids;
+    let max_new = 16;
+    let lines = env.outputs();
+    assert_eq!(lines.len(), 4);
+    let mut generated = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let reference = ids(&expected["single"][i]["tokens"]);
+        let stop = reference.iter().position(|t| eos.contains(t));
+        // The fixture records where the stop rule over [1, 106] cuts; ours stops no later.
+        if let (Some(s), Some(f)) = (stop, expected["single"][i]["first_stop_index"].as_u64()) {
+            assert!(s as u64 <= f);
+        }
+        let (want, finish) = match stop {
+            Some(s) if s < max_new => (&reference[..=s], "stop"),
+            _ => (&reference[..max_new], "length"),
+        };
+        let obj = line.as_object().unwrap();
+        let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["finish_reason", "id", "tokens"], "{line}");
+        assert_eq!(line["id"], format!("p{i}"));
+        assert_eq!(ids(&line["tokens"]), want, "input p{i}");
+        assert_eq!(line["finish_reason"], finish, "input p{i}");
+        generated += want.len() as u64;
+    }
+
+    // The receipt verifies against the certificate and binds this job, inputs and outputs.
+    let receipt = env.verify_receipt("cert.json");
+    let cert = Certificate::load(&env.path("cert.json")).unwrap();
+    let f = &receipt["facts"];
+    assert_eq!(f["certificate_digest"], cert.digest().to_hex());
+    assert_eq!(f["model_digest"], cert.payload().model_digest.to_hex());
+    assert_eq!(
+        f["job_digest"],
+        Digest::of(&fs::read(env.path("job.toml")).unwrap()).to_hex()
+    );
+    assert_eq!(
+        f["inputs_digest"],
+        Digest::of(&fs::read(env.path("inputs.jsonl")).unwrap()).to_hex()
+    );
+    assert_eq!(f["counts"]["inputs"], 4);
+    assert_eq!(f["counts"]["generated_tokens"], generated);
+    let outputs_blake3 = Digest::of(&fs::read(env.path("out/outputs.jsonl")).unwrap()).to_hex();
+    assert_eq!(receipt["subjects"][0]["digest"]["blake3"], outputs_blake3);
+    let mut files: Vec<String> = fs::read_dir(env.path("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["outputs.jsonl", "receipt.json"]);
+
+    // One accepted audit entry with the same digests.
+    let audit = env.audit();
+    assert_eq!(audit["entries"], 1);
+    let last = &audit["last"];
+    assert_eq!(last["outcome"], "accepted");
+    assert_eq!(last["reason"], Value::Null);
+    assert_eq!(last["certificate_digest"], cert.digest().to_hex());
+    assert_eq!(
+        last["output_digests"][0]["digest"]["blake3"],
+        outputs_blake3
+    );
+}
+
+#[test]
+fn shipped_examples_parse() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let job = runner::job::spec::JobSpec::load(&repo.join("examples/job.toml")).unwrap();
+    assert_eq!(job.generation.batch_size, 8);
+    let inputs = runner::job::inputs::read_inputs(&repo.join("examples/inputs.jsonl")).unwrap();
+    assert_eq!(inputs.len(), 4);
+}
+
+// ---- refusals: exit code, message, hint, audit entry, nothing written ----
+
+#[test]
+fn rejects_engine_edited_after_approval() {
+    let env = Env::new();
+    let approved = Certificate::load(&env.path("cert.json"))
+        .unwrap()
+        .payload()
+        .engine
+        .source_digest;
+    let mut source = fs::read(env.path("engines/gemma3.eng")).unwrap();
+    source.extend_from_slice(b"\n# an edit after approval\n");
+    env.write("engines/gemma3.eng", &source);
+    let stderr = env.refused(
+        EXEC,
+        3,
+        &[
+            "is not the approved engine",
+            &approved.to_hex(),
+            &Digest::of(&source).to_hex(),
+            "runner review",
+        ],
+    );
+    assert!(stderr.contains("engines/gemma3.eng"), "{stderr}");
+}
+
+#[test]
+fn rejects_changed_model_weights() {
+    let env = Env::new();
+    let approved = Certificate::load(&env.path("cert.json"))
+        .unwrap()
+        .payload()
+        .model_digest;
+    // Flip a bit of the last weight: the file still loads, only its digest changes.
+    let path = env.path("model/model.safetensors");
+    let mut bytes = fs::read(&path).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x01;
+    fs::write(&path, &bytes).unwrap();
+    let found = model_digest(&env.path("model")).unwrap().digest;
+    assert_ne!(found, approved);
+    env.refused(
+        EXEC,
+        3,
+        &[
+            "is not the approved model",
+            &approved.to_hex(),
+            &found.to_hex(),
+            "use the model directory the owners approved",
+        ],
+    );
+
+    // A byte of the safetensors header: refused as not approved, before anything parses it.
+    *bytes.last_mut().unwrap() ^= 0x01;
+    bytes[20] ^= 0x20;
+    fs::write(&path, &bytes).unwrap();
+    env.refused(EXEC, 3, &["is not the approved model", &approved.to_hex()]);
+}
+
+#[test]
+fn rejects_certificate_below_the_signature_threshold() {
+    let env = Env::new();
+    env.approve("policies/gemma3.json", "owner-a", "one.json", &[]);
+    env.refused(
+        &env.exec_with_cert("one.json"),
+        3,
+        &[
+            "not enough owner signatures: 1 valid, 2 required",
+            "runner cosign",
+        ],
+    );
+}
+
+#[test]
+fn rejects_certificate_signed_by_untrusted_keys() {
+    let env = Env::new();
+    env.keygen("stranger");
+    env.keygen("stranger-2");
+    env.approve("policies/gemma3.json", "stranger", "strangers.json", &[]);
+    env.cosign("strangers.json", "stranger-2");
+    let stranger = runner::trust::keys::SecretKey::load(&env.path("keys/stranger.key"))
+        .unwrap()
+        .key_id();
+    env.refused(
+        &env.exec_with_cert("strangers.json"),
+        3,
+        &[
+            "0 valid, 2 required",
+            "ignored signatures by keys not in the trust configuration",
+            &stranger.short(),
+        ],
+    );
+}
+
+#[test]
+fn rejects_revoked_certificate() {
+    let env = Env::new();
+    let digest = Certificate::load(&env.path("cert.json")).unwrap().digest();
+    env.trust(&format!("revoked = [\"{}\"]\n", digest.to_hex()));
+    env.refused(
+        EXEC,
+        3,
+        &[
+            &format!("certificate {} is revoked", digest.to_hex()),
+            "use the certificate that superseded it",
+        ],
+    );
+    // The entry names the certificate presented and the job.
+    let last = &env.audit()["last"];
+    assert_eq!(last["certificate_digest"], digest.to_hex());
+    assert_eq!(
+        last["job_digest"],
+        Digest::of(&fs::read(env.path("job.toml")).unwrap()).to_hex()
+    );
+}
+
+#[test]
+fn rejects_expired_certificate() {
+    let env = Env::new();
+    env.approve_both(
+        "policies/gemma3.json",
+        "old.json",
+        &[
+            "--valid-from",
+            "2020-01-01T00:00:00Z",
+            "--expires",
+            "2020-06-01T00:00:00Z",
+        ],
+    );
+    env.refused(
+        &env.exec_with_cert("old.json"),
+        3,
+        &[
+            "the certificate expired at 2020-06-01T00:00:00Z",
+            "owners must approve a new certificate",
+        ],
+    );
+}
+
+#[test]
+fn rejects_certificate_not_yet_valid() {
+    let env = Env::new();
+    env.approve_both(
+        "policies/gemma3.json",
+        "future.json",
+        &[
+            "--valid-from",
+            "2099-01-01T00:00:00Z",
+            "--expires",
+            "2099-06-01T00:00:00Z",
+        ],
+    );
+    env.refused(
+        &env.exec_with_cert("future.json"),
+        3,
+        &["not valid yet: valid_from is 2099-01-01T00:00:00Z"],
+    );
+}
+
+/// The small policy's inputs: three prompts, the longest exactly max_prompt_tokens (8).
+fn small_inputs() -> Vec<Vec<u32>> {
+    vec![
+        vec![2, 391, 306],
+        vec![2, 54, 150, 440, 393, 217, 218, 5],
+        vec![2],
+    ]
+}
+
+#[test]
+fn job_exactly_at_the_policy_limits_runs() {
+    // The control for the limit refusals below: every limit is inclusive.
+    let env = Env::new();
+    env.small_policy();
+    env.write_inputs(&small_inputs());
+    env.write_job(2, 8, r#"["tokens"]"#);
+    env.ok(&env.exec_with_cert("cert-small.json"));
+    assert_eq!(env.outputs().len(), 3);
+    env.verify_receipt("cert-small.json");
+}
+
+#[test]
+fn rejects_batch_size_above_policy() {
+    let env = Env::new();
+    env.small_policy();
+    env.write_inputs(&small_inputs());
+    env.write_job(3, 8, r#"["tokens"]"#);
+    env.refused(
+        &env.exec_with_cert("cert-small.json"),
+        3,
+        &[
+            "job exceeds the policy limit max_batch: 3 > 2",
+            "reduce the job to the policy's limits",
+        ],
+    );
+}
+
+#[test]
+fn rejects_max_new_tokens_above_policy() {
+    let env = Env::new();
+    env.small_policy();
+    env.write_inputs(&small_inputs());
+    env.write_job(2, 9, r#"["tokens"]"#);
+    env.refused(
+        &env.exec_with_cert("cert-small.json"),
+        3,
+        &["job exceeds the policy limit max_new_tokens: 9 > 8"],
+    );
+}
+
+#[test]
+fn rejects_more_inputs_than_policy() {
+    let env = Env::new();
+    env.small_policy();
+    let mut inputs = small_inputs();
+    inputs.push(vec![2, 7]);
+    env.write_inputs(&inputs);
+    env.write_job(2, 8, r#"["tokens"]"#);
+    env.refused(
+        &env.exec_with_cert("cert-small.json"),
+        3,
+        &["job exceeds the policy limit max_inputs: 4 > 3"],
+    );
+}
+
+#[test]
+fn rejects_prompt_longer_than_policy() {
+    let env = Env::new();
+    env.small_policy();
+    let mut inputs = small_inputs();
+    inputs[1].push(9);
+    env.write_inputs(&inputs);
+    env.write_job(2, 8, r#"["tokens"]"#);
+    env.refused(
+        &env.exec_with_cert("cert-small.json"),
+        3,
+        &["input \"p1\" has 9 prompt tokens; the policy allows at most 8 (limits.max_prompt_tokens)"],
+    );
+}
+
+#[test]
+fn rejects_output_kind_the_policy_does_not_allow() {
+    let env = Env::new();
+    env.small_policy();
+    env.write_inputs(&small_inputs());
+    env.write_job(2, 8, r#"["tokens", "text"]"#);
+    env.refused(
+        &env.exec_with_cert("cert-small.json"),
+        3,
+        &["job asks for output \"text\", which the policy does not allow (outputs: \"tokens\")"],
+    );
+}
+
+#[test]
+fn rejects_malformed_inputs_line() {
+    let env = Env::new();
+    env.write(
+        "inputs.jsonl",
+        "{\"id\":\"a\",\"tokens\":[2,5,9]}\n{\"id\":\"b\",\"prompt\":\"confidential words\"\n",
+    );
+    let stderr = env.refused(
+        EXEC,
+        2,
+        &[
+            "inputs.jsonl, line 2: not valid JSON",
+            "each line is a JSON object",
+        ],
+    );
+    // Inputs are private: the message names the line, never its content.
+    assert!(!stderr.contains("confidential"), "{stderr}");
+    let last = env.audit()["last"].clone();
+    assert!(!last.to_string().contains("confidential"), "{last}");
+}
+
+#[test]
+fn rejects_token_outside_the_model_vocabulary() {
+    // The fixture's vocabulary is 512 ids; the bad id is in the last batch, and is refused
+    // before the first batch runs.
+    let env = Env::new();
+    env.write_inputs(&[vec![2, 5], vec![2, 7], vec![2, 9, 512]]);
+    env.refused(
+        EXEC,
+        2,
+        &[
+            "input \"p2\": token 2 of its prompt",
+            "vocabulary of 512 ids",
+        ],
+    );
+}
+
+#[test]
+fn rejects_unknown_key_in_job_file() {
+    let env = Env::new();
+    env.write(
+        "job.toml",
+        format!("colour = \"red\"\n{}", job_toml(2, 8, r#"["tokens"]"#)),
+    );
+    env.refused(
+        EXEC,
+        2,
+        &[
+            "job.toml is malformed",
+            "unknown field `colour`",
+            "docs/job.md",
+        ],
+    );
+    env.write(
+        "job.toml",
+        job_toml(2, 8, r#"["tokens"]"#) + "temperature = 0.7\n",
+    );
+    env.refused(EXEC, 2, &["unknown field `temperature`"]);
+}
+
+#[test]
+fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
+    let env = Env::new();
+    fs::create_dir(env.path("out")).unwrap();
+    env.write("out/results.jsonl", b"earlier results\n");
+    env.refusal(
+        EXEC,
+        2,
+        &[
+            "output directory",
+            "already exists and is not empty",
+            "choose a new output_dir",
+        ],
+    );
+    let files: Vec<_> = fs::read_dir(env.path("out")).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    assert_eq!(env.read("out/results.jsonl"), "earlier results\n");
+
+    // An empty output directory (made by the operator) is fine.
+    fs::remove_file(env.path("out/results.jsonl")).unwrap();
+    env.ok(EXEC);
+    env.verify_receipt("cert.json");
+}
+
+#[test]
+fn rejects_missing_certificate_engine_or_runner_key() {
+    let env = Env::new();
+    env.refused(
+        &env.exec_with_cert("nothing.json"),
+        2,
+        &["cannot read certificate nothing.json"],
+    );
+    fs::rename(
+        env.path("engines/gemma3.eng"),
+        env.path("engines/moved.eng"),
+    )
+    .unwrap();
+    env.refused(EXEC, 2, &["cannot read engine", "engines/gemma3.eng"]);
+    fs::rename(
+        env.path("engines/moved.eng"),
+        env.path("engines/gemma3.eng"),
+    )
+    .unwrap();
+    fs::remove_file(env.path("keys/runner.key")).unwrap();
+    env.refused(EXEC, 2, &["keys/runner.key"]);
+}
+
+#[test]
+fn rejects_text_prompt_without_a_tokenizer() {
+    let env = Env::new();
+    env.write("inputs.jsonl", "{\"id\":\"q\",\"prompt\":\"Hello\"}\n");
+    let empty_cache = env.path("no-cache");
+    let before = env.audit_entries();
+    let out = env
+        .command(EXEC)
+        .env("RUNNER_CACHE", &empty_cache)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the job needs a tokenizer"), "{stderr}");
+    assert!(stderr.contains("scripts/fetch_tokenizer.sh"), "{stderr}");
+    assert!(!env.path("out").exists());
+    assert_eq!(env.audit_entries(), before + 1);
+    assert_eq!(env.audit()["last"]["outcome"], "refused");
+}
+
+#[test]
+fn rejects_chat_turn_with_unknown_role() {
+    require_tokenizer();
+    let env = Env::new();
+    env.write(
+        "inputs.jsonl",
+        "{\"id\":\"ok\",\"tokens\":[2,5]}\n\
+         {\"id\":\"odd\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},\
+         {\"role\":\"narrator\",\"content\":\"Meanwhile\"}]}\n",
+    );
+    let stderr = env.refused(
+        EXEC,
+        2,
+        &[
+            "input \"odd\": chat turn 1 has a role other than",
+            "optionally after a first \"system\" turn",
+        ],
+    );
+    assert!(!stderr.contains("narrator"), "{stderr}");
+}
+
+#[test]
+fn rejects_unapproved_tokenizer_file() {
+    // A tokenizer outside the model directory is not bound by the certificate, so only the
+    // official Gemma 3 file is accepted.
+    let env = Env::new();
+    env.write("inputs.jsonl", "{\"id\":\"q\",\"prompt\":\"Hello\"}\n");
+    env.write("other-tokenizer.json", b"{\"model\": {}}");
+    env.write(
+        "job.toml",
+        format!(
+            "tokenizer = \"other-tokenizer.json\"\n{}",
+            job_toml(2, 8, r#"["tokens"]"#)
+        ),
+    );
+    env.refused(
+        EXEC,
+        3,
+        &[
+            "other-tokenizer.json is neither in the approved model directory nor the official Gemma 3 tokenizer",
+        ],
+    );
+}
+
+// ---- a run killed mid-way ----
+
+/// Inputs of 8 prompt tokens each, drawn from the fixture's vocabulary.
+fn many_prompts(n: usize) -> Vec<Vec<u32>> {
+    (0..n)
+        .map(|i| {
+            let mut p = vec![2];
+            p.extend((0..7).map(|j| 3 + ((i * 31 + j * 17) % 500) as u32));
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
+    let env = Env::new();
+    // How long a run takes that has almost nothing to generate: admission, startup, publish.
+    env.write_inputs(&many_prompts(1));
+    env.write_job(1, 1, r#"["tokens"]"#);
+    let t = Instant::now();
+    env.ok(EXEC);
+    let overhead = t.elapsed();
+    fs::remove_dir_all(env.path("out")).unwrap();
+    // Kill well after admission, while generating. The job grows until it outlives that.
+    let kill_after = overhead * 2 + Duration::from_millis(300);
+    env.write_job(8, 32, r#"["tokens"]"#);
+    let mut n = 16;
+    let killed = loop {
+        env.write_inputs(&many_prompts(n));
+        let mut child = env
+            .command(EXEC)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(kill_after);
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            let status = child.wait().unwrap();
+            assert!(!status.success());
+            break n;
+        }
+        // Finished before the kill: that run is complete; make the job bigger and retry.
+        assert!(
+            n < 16 * 4usize.pow(5),
+            "{n} inputs still finished within {kill_after:?}"
+        );
+        assert!(env.path("out/receipt.json").exists());
+        fs::remove_dir_all(env.path("out")).unwrap();
+        n *= 4;
+    };
+    assert!(!env.path("out/outputs.jsonl").exists());
+    assert!(!env.path("out/receipt.json").exists());
+    assert!(!env.path("out").exists(), "a killed run left out/ behind");
+
+    // A staging directory a crashed publish might have left is cleared by the next run.
+    fs::create_dir(env.path(".out.partial-999999")).unwrap();
+    env.write(".out.partial-999999/outputs.jsonl", b"half");
+    let out = env.ok(EXEC);
+    assert!(out.contains(&format!("ran {killed} inputs")), "{out}");
+    assert!(!env.path(".out.partial-999999").exists());
+    assert_eq!(env.outputs().len(), killed);
+    let receipt = env.verify_receipt("cert.json");
+    assert_eq!(receipt["facts"]["counts"]["inputs"], killed as u64);
+    // The killed attempt left no entry (it was never finished); the rerun did.
+    assert_eq!(env.audit()["last"]["outcome"], "accepted");
+}
+
+// ---- text prompts through the real tokenizer ----
+
+/// The cached official tokenizer; its absence fails the test (the suite expects it).
+fn require_tokenizer() -> PathBuf {
+    let cached = cached_tokenizer_path().expect("HOME or RUNNER_CACHE must be set");
+    assert!(
+        cached.exists(),
+        "the Gemma 3 tokenizer is not cached at {}: run scripts/fetch_tokenizer.sh \
+         (scripts/test.sh does this before the suite)",
+        cached.display()
+    );
+    cached
+}
+
+#[test]
+fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
+    let cached = require_tokenizer();
+    let env = Env::bare();
+    // A model with the tokenizer's vocabulary: 262144 x 64 bf16 embeddings, ~33 MB.
+    SyntheticSpec {
+        vocab_size: 262_144,
+        ..SyntheticSpec::tiny()
+    }
+    .write(&env.path("model"), 7)
+    .unwrap();
+    let size = fs::metadata(env.path("model/model.safetensors"))
+        .unwrap()
+        .len();
+    assert!(size < 40 << 20, "synthetic model is {size} bytes");
+    env.approve_both("policies/gemma3.json", "cert.json", &[]);
+    env.write(
+        "inputs.jsonl",
+        "{\"id\":\"plain\",\"prompt\":\"Hello, my dog is cute\"}\n\
+         {\"id\":\"chat\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},\
+         {\"role\":\"user\",\"content\":\"What is the capital of France?\"}]}\n\
+         {\"id\":\"ids\",\"tokens\":[2,9259,236764]}\n",
+    );
+    env.write_job(2, 6, r#"["text", "tokens"]"#);
+    env.ok(EXEC);
+
+    let tokenizer = Tokenizer::load(&cached).unwrap();
+    let lines = env.outputs();
+    assert_eq!(lines.len(), 3);
+    for (line, id) in lines.iter().zip(["plain", "chat", "ids"]) {
+        assert_eq!(line["id"], id);
+        let tokens = ids(&line["tokens"]);
+        assert!(!tokens.is_empty() && tokens.len() <= 6, "{line}");
+        let text = line["text"].as_str().expect("a text field");
+        assert_eq!(text, tokenizer.decode(&tokens).unwrap(), "{line}");
+    }
+    let receipt = env.verify_receipt("cert.json");
+    assert_eq!(
+        receipt["facts"]["generation"]["outputs"],
+        serde_json::json!(["text", "tokens"])
+    );
+    assert_eq!(env.audit()["last"]["outcome"], "accepted");
+}
