@@ -21,6 +21,7 @@ impl Env {
             dir: tempfile::tempdir().unwrap(),
         };
         std::fs::create_dir_all(env.path("engines")).unwrap();
+        std::fs::create_dir_all(env.path("keys")).unwrap();
         for (key, _) in [("alice", ()), ("bob", ()), ("runner", ())] {
             env.ok(&["keygen", "--out", &format!("keys/{key}.key")]);
         }
@@ -136,7 +137,9 @@ impl Env {
 }
 
 fn digest_of(path: &Path) -> String {
-    blake3::hash(&std::fs::read(path).unwrap()).to_hex().to_string()
+    blake3::hash(&std::fs::read(path).unwrap())
+        .to_hex()
+        .to_string()
 }
 
 #[test]
@@ -156,8 +159,14 @@ fn scan_refactor_is_reviewed_reapproved_and_supersedes_the_old_certificate() {
     let scan_digest = digest_of(&env.path("engines/gemma3.eng"));
     assert_ne!(scan_digest, unrolled_digest);
     let job = env.job("out2");
-    let err = env.fails(&["exec", "--quiet", "--cert", "cert-unrolled.json", &job], 3);
-    assert!(err.contains(&unrolled_digest) && err.contains(&scan_digest), "{err}");
+    let err = env.fails(
+        &["exec", "--quiet", "--cert", "cert-unrolled.json", &job],
+        3,
+    );
+    assert!(
+        err.contains(&unrolled_digest) && err.contains(&scan_digest),
+        "{err}"
+    );
     assert!(err.contains("runner review"), "{err}");
     assert!(!env.path("out2").exists());
 
@@ -183,10 +192,7 @@ fn scan_refactor_is_reviewed_reapproved_and_supersedes_the_old_certificate() {
     assert!(!review.contains("gate_proj"), "{review}");
 
     // Both owners sign the superseding certificate; exec runs with the same outputs.
-    env.approve(
-        "cert-scan.json",
-        &["--supersedes", "cert-unrolled.json"],
-    );
+    env.approve("cert-scan.json", &["--supersedes", "cert-unrolled.json"]);
     env.ok(&["exec", "--quiet", "--cert", "cert-scan.json", &job]);
     assert_eq!(env.tokens("out2"), first);
     let registry = std::fs::read_to_string(env.path("state/superseded.jsonl")).unwrap();
@@ -195,7 +201,10 @@ fn scan_refactor_is_reviewed_reapproved_and_supersedes_the_old_certificate() {
     // The old certificate is refused from now on, even with its own engine back in place.
     env.install_engine("gemma3_unrolled.eng");
     let job = env.job("out3");
-    let err = env.fails(&["exec", "--quiet", "--cert", "cert-unrolled.json", &job], 3);
+    let err = env.fails(
+        &["exec", "--quiet", "--cert", "cert-unrolled.json", &job],
+        3,
+    );
     assert!(err.contains("superseded by certificate"), "{err}");
     assert!(!env.path("out3").exists());
 }

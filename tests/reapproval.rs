@@ -30,7 +30,8 @@ fn generator(engine: &str, dir: &Path) -> Generator {
 }
 
 fn prompts(dir: &Path) -> Vec<Vec<u32>> {
-    let e: Json = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let e: Json =
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
     e["prompts"]
         .as_array()
         .unwrap()
@@ -59,8 +60,12 @@ fn unrolled_and_scan_engines_give_identical_greedy_tokens() {
         let unrolled = generator("engines/gemma3_unrolled.eng", &dir);
         // Alone and as one left-padded batch: the batch exercises padding and shared caches.
         for p in &ps {
-            let a = scan.generate(std::slice::from_ref(p), &settings, |_| {}).unwrap();
-            let b = unrolled.generate(std::slice::from_ref(p), &settings, |_| {}).unwrap();
+            let a = scan
+                .generate(std::slice::from_ref(p), &settings, |_| {})
+                .unwrap();
+            let b = unrolled
+                .generate(std::slice::from_ref(p), &settings, |_| {})
+                .unwrap();
             assert_eq!(a[0].tokens, b[0].tokens, "{name}");
             assert_eq!(a[0].tokens.len(), 24, "{name}");
         }
@@ -76,7 +81,10 @@ fn unrolled_and_scan_engines_give_identical_greedy_tokens() {
 fn unrolled_and_scan_engines_share_policy_id_but_not_source_digest() {
     let scan = checked("engines/gemma3.eng");
     let unrolled = checked("engines/gemma3_unrolled.eng");
-    assert_eq!(scan.report().policy.id_full, unrolled.report().policy.id_full);
+    assert_eq!(
+        scan.report().policy.id_full,
+        unrolled.report().policy.id_full
+    );
     assert_ne!(scan.report().source_digest, unrolled.report().source_digest);
     assert_ne!(scan.report().view_digest, unrolled.report().view_digest);
     // The layer body stays private in both, and the built-ins used are the same.

@@ -47,7 +47,10 @@ fn shipped_certificates_match_the_shipped_engines_and_policy() {
             Some(&RestrictReport::from_report(checked.report()).unwrap()),
             "the verifier's report on {engine_path} changed: re-approve with {REAPPROVE}"
         );
-        assert_eq!(p.model_digest, model, "tiny-270m fixture changed: {REAPPROVE}");
+        assert_eq!(
+            p.model_digest, model,
+            "tiny-270m fixture changed: {REAPPROVE}"
+        );
         assert!(p.expires_at.to_rfc3339().unwrap().starts_with("2036-"));
         assert_eq!(cert.signer_ids().len(), 1);
     }

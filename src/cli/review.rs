@@ -49,7 +49,11 @@ pub fn review(args: ReviewArgs) -> CliResult {
     let old_checked = match &args.old_engine {
         Some(path) => {
             let bytes = EngineFacts::read_source(path)?;
-            Some(check_bytes(&bytes, &path.display().to_string(), &old.policy)?)
+            Some(check_bytes(
+                &bytes,
+                &path.display().to_string(),
+                &old.policy,
+            )?)
         }
         None => None,
     };

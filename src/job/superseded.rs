@@ -65,7 +65,9 @@ impl Diagnose for RegistryError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            RegistryError::Io { .. } => "check the state directory's permissions (--state-dir)".into(),
+            RegistryError::Io { .. } => {
+                "check the state directory's permissions (--state-dir)".into()
+            }
             RegistryError::Damaged { .. } => {
                 "the registry is append-only: restore it from a backup; do not delete lines, \
                  that would re-admit superseded certificates"

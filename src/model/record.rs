@@ -68,16 +68,15 @@ pub fn model_record(ck: &Checkpoint, batch: usize, max_len: usize) -> Result<Val
         ));
     }
     let mut record = Record::new()
-            .with("embed_tokens", Value::Weight(ck.embed.clone()))
-            .with("lm_head", Value::Weight(ck.lm_head.clone()))
-            .with("norm", Value::Weight(ck.norm.clone()))
-            .with(
-                "embed_scale",
-                Value::Scalar(f64::from((c.hidden_size as f32).sqrt())),
-            )
-            .with("eps", Value::Scalar(eps))
-            .with("batch", Value::Scalar(batch as f64))
-            ;
+        .with("embed_tokens", Value::Weight(ck.embed.clone()))
+        .with("lm_head", Value::Weight(ck.lm_head.clone()))
+        .with("norm", Value::Weight(ck.norm.clone()))
+        .with(
+            "embed_scale",
+            Value::Scalar(f64::from((c.hidden_size as f32).sqrt())),
+        )
+        .with("eps", Value::Scalar(eps))
+        .with("batch", Value::Scalar(batch as f64));
     for (i, layer) in layers.iter().enumerate() {
         record = record.with(format!("layer_{i}"), layer.clone());
     }

@@ -169,7 +169,11 @@ pub fn policy_changes(old: &Policy, new: &Policy) -> PolicyChanges {
     for (field, a, b) in [
         ("max_batch", o.max_batch, n.max_batch),
         ("max_new_tokens", o.max_new_tokens, n.max_new_tokens),
-        ("max_prompt_tokens", o.max_prompt_tokens, n.max_prompt_tokens),
+        (
+            "max_prompt_tokens",
+            o.max_prompt_tokens,
+            n.max_prompt_tokens,
+        ),
         ("max_inputs", o.max_inputs, n.max_inputs),
     ] {
         if a != b {
@@ -180,7 +184,8 @@ pub fn policy_changes(old: &Policy, new: &Policy) -> PolicyChanges {
         c.other.push(format!("name {} -> {}", old.name, new.name));
     }
     if old.outputs != new.outputs {
-        c.other.push(format!("outputs {:?} -> {:?}", old.outputs, new.outputs));
+        c.other
+            .push(format!("outputs {:?} -> {:?}", old.outputs, new.outputs));
     }
     c
 }
@@ -538,6 +543,9 @@ mod tests {
             .collect();
         let d = unified_diff(&old, &new, "o", "n").unwrap();
         assert_eq!(d.matches("@@ -").count(), 2, "{d}");
-        assert_eq!(unified_diff("", "a\n", "o", "n").unwrap(), "--- o\n+++ n\n@@ -0,0 +1,1 @@\n+a\n");
+        assert_eq!(
+            unified_diff("", "a\n", "o", "n").unwrap(),
+            "--- o\n+++ n\n@@ -0,0 +1,1 @@\n+a\n"
+        );
     }
 }
