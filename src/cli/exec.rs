@@ -8,6 +8,7 @@ use crate::error::{Diagnose, Exit};
 use crate::job::admit::{admit, Request};
 use crate::job::audit::{state_dir, AuditLog, AuditRecord, Outcome};
 use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::superseded::Registry;
 use crate::trust::certificate::Certificate;
 use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
 use crate::trust::digest::Digest;
@@ -46,7 +47,9 @@ fn outcome_of(e: &dyn Diagnose) -> Outcome {
 
 /// Verify, run, publish, audit.
 pub fn exec(args: ExecArgs) -> CliResult {
-    let log = AuditLog::open(&state_dir(args.state_dir.as_deref()));
+    let state = state_dir(args.state_dir.as_deref());
+    let log = AuditLog::open(&state);
+    let registry = Registry::open(&state);
     let cert_digest = std::fs::read(&args.cert)
         .ok()
         .and_then(|b| Certificate::parse(&b).ok())
@@ -66,7 +69,13 @@ pub fn exec(args: ExecArgs) -> CliResult {
             return Err(e.into());
         }
     };
-    let superseded = Vec::new();
+    let superseded = match registry.pairs() {
+        Ok(p) => p,
+        Err(e) => {
+            audit_failure(Outcome::Failed, &e)?;
+            return Err(e.into());
+        }
+    };
     let request = Request {
         cert: &args.cert,
         job: &args.job,
@@ -81,6 +90,14 @@ pub fn exec(args: ExecArgs) -> CliResult {
             return Err(e.into());
         }
     };
+    // Admission verified the replacement with the full threshold, so superseding takes what
+    // approving takes; recorded before the run so a failed run still retires the old one.
+    if let Some(old) = admitted.certificate().supersedes() {
+        if let Err(e) = registry.record(old, admitted.certificate().digest()) {
+            audit_failure(Outcome::Failed, &e)?;
+            return Err(e.into());
+        }
+    }
     let key = match SecretKey::load(&admitted.job().runner_key) {
         Ok(k) => k,
         Err(e) => {

@@ -17,6 +17,7 @@ mod keys;
 mod policy;
 mod receipt;
 mod restrict;
+mod review;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -56,6 +57,9 @@ enum Command {
     /// Verify the certificate, engine, policy, model and job, then run the job and sign the
     /// outputs.
     Exec(exec::ExecArgs),
+    /// Show owners what changed between an approved certificate and a new engine (and policy,
+    /// model): what they need to decide on re-approval.
+    Review(review::ReviewArgs),
     /// Run the whole flow on a built-in demo, in a fresh directory.
     Demo(demo::DemoArgs),
 }
@@ -131,5 +135,6 @@ fn run(cli: Cli) -> CliResult {
         Command::Audit(args) => audit::audit(args),
         Command::Exec(args) => exec::exec(args),
         Command::Demo(args) => demo::demo(args),
+        Command::Review(args) => review::review(args),
     }
 }

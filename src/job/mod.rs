@@ -8,3 +8,4 @@ pub mod generate;
 pub mod inputs;
 pub mod run;
 pub mod spec;
+pub mod superseded;

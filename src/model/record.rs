@@ -2,6 +2,11 @@
 //! read from its config, and one record per layer with that layer's rope parameters and a fresh
 //! KV cache (sliding-window or global, per the config's layer kinds).
 //!
+//! The layers are reachable two ways: as the stack `layers` (what `scan` reads) and as named
+//! fields `layer_0`, `layer_1`, ... (the same shared values, so the same weights and the same
+//! KV caches), because the language has no indexing and an engine that writes its layers out
+//! one by one (engines/gemma3_unrolled.eng) must still be able to name each layer.
+//!
 //! Scalars that HF derives from the config are derived here the way HF's f32 run derives them:
 //! `embed_scale = sqrt(hidden_size)` in f32 (HF casts it to the compute dtype, which is f32 for
 //! us), `attn_scale = query_pre_attn_scalar ^ -0.5`.
@@ -62,17 +67,18 @@ pub fn model_record(ck: &Checkpoint, batch: usize, max_len: usize) -> Result<Val
                 .with("cache", Value::kv_cache(cache)),
         ));
     }
-    Ok(Value::record(
-        Record::new()
-            .with("embed_tokens", Value::Weight(ck.embed.clone()))
-            .with("lm_head", Value::Weight(ck.lm_head.clone()))
-            .with("norm", Value::Weight(ck.norm.clone()))
-            .with(
-                "embed_scale",
-                Value::Scalar(f64::from((c.hidden_size as f32).sqrt())),
-            )
-            .with("eps", Value::Scalar(eps))
-            .with("batch", Value::Scalar(batch as f64))
-            .with("layers", Value::stack(layers)),
-    ))
+    let mut record = Record::new()
+        .with("embed_tokens", Value::Weight(ck.embed.clone()))
+        .with("lm_head", Value::Weight(ck.lm_head.clone()))
+        .with("norm", Value::Weight(ck.norm.clone()))
+        .with(
+            "embed_scale",
+            Value::Scalar(f64::from((c.hidden_size as f32).sqrt())),
+        )
+        .with("eps", Value::Scalar(eps))
+        .with("batch", Value::Scalar(batch as f64));
+    for (i, layer) in layers.iter().enumerate() {
+        record = record.with(format!("layer_{i}"), layer.clone());
+    }
+    Ok(Value::record(record.with("layers", Value::stack(layers))))
 }

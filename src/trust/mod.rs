@@ -13,5 +13,6 @@ pub mod dsse;
 pub mod keys;
 pub mod policy;
 pub mod receipt;
+pub mod review;
 pub mod time;
 pub mod verify;
