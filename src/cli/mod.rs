@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 use crate::error::{Diagnose, Exit};
 
+mod bench;
 mod cert;
 mod keys;
 mod policy;
@@ -45,6 +46,8 @@ enum Command {
     Inspect(cert::InspectArgs),
     /// Verify a certificate against the trust configuration.
     VerifyCert(cert::VerifyCertArgs),
+    /// Time prefill and decode per batch size, with peak memory and this machine's limits.
+    Bench(bench::BenchArgs),
     /// Run the whole flow on a built-in demo (not yet: arrives with `runner exec`).
     Demo,
 }
@@ -116,6 +119,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Cosign(args) => cert::cosign(args),
         Command::Inspect(args) => cert::inspect(args),
         Command::VerifyCert(args) => cert::verify_cert(args),
+        Command::Bench(args) => bench::bench(args),
         Command::Demo => print(
             "runner demo: not yet. The demo runs the whole flow once `runner exec` lands \
              (issue 5); until then try `runner keygen`, `runner policy-id` and `runner approve`.\n",
