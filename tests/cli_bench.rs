@@ -73,10 +73,15 @@ fn json_report_has_every_field_for_each_batch_size() {
     assert_eq!(facts["weight_dtype"], "bf16");
     // Tiny spec: 6 layers of q,k,v,o (4*16*64, 16*64, 16*64, 64*4*16) + gate, up, down
     // (3 * 128*64); the tied head is the 256x64 embedding.
-    assert_eq!(facts["layer_linear_params"], 6 * (4096 + 1024 + 1024 + 4096 + 3 * 8192));
+    assert_eq!(
+        facts["layer_linear_params"],
+        6 * (4096 + 1024 + 1024 + 4096 + 3 * 8192)
+    );
     assert_eq!(facts["head_params"], 256 * 64);
 
-    let rows = report["batches"].as_array().unwrap_or_else(|| panic!("{report}"));
+    let rows = report["batches"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
     let batches: Vec<u64> = rows.iter().filter_map(|r| r["batch"].as_u64()).collect();
     assert_eq!(batches, [1, 2], "rows in increasing batch order");
     for row in rows {
@@ -126,7 +131,10 @@ fn in_process_table_says_the_peak_is_process_wide() {
         .lines()
         .find(|l| l.trim_start().starts_with("batch"))
         .unwrap_or_else(|| panic!("{stdout}"));
-    assert!(header.contains("decode tok/s") && header.contains("peak RSS MiB"), "{header}");
+    assert!(
+        header.contains("decode tok/s") && header.contains("peak RSS MiB"),
+        "{header}"
+    );
     let rows: Vec<&str> = stdout
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("batch"))
@@ -143,7 +151,11 @@ fn rejects_a_batch_size_of_zero() {
     let model = tiny_model(dir.path());
     let out = bench(&model, &["--batch", "1,0"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--batch"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--batch"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(out.stdout.is_empty());
 }
 

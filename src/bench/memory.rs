@@ -27,12 +27,7 @@ fn status_kib(status: &str, field: &str) -> Option<u64> {
 
 /// Bytes of f32 KV cache (keys and values) all layers hold for `batch` sequences, when a
 /// sliding layer holds `sliding_columns` columns and a global layer `global_columns`.
-fn kv_bytes(
-    c: &ModelConfig,
-    batch: usize,
-    sliding_columns: usize,
-    global_columns: usize,
-) -> u64 {
+fn kv_bytes(c: &ModelConfig, batch: usize, sliding_columns: usize, global_columns: usize) -> u64 {
     let per_column = 2 * batch as u64 * c.num_kv_heads as u64 * c.head_dim as u64 * 4;
     c.layer_kinds
         .iter()

@@ -602,6 +602,15 @@ mod tests {
     }
 
     #[test]
+    fn prompts_match_the_ones_compare_pytorch_draws() {
+        // scripts/bench/compare_pytorch.py `prompts(2, 4, 262144, 2)` prints these.
+        assert_eq!(
+            prompts(2, 4, 262_144, 2),
+            [[2, 148_402, 158_422, 94_601], [2, 143_304, 108_159, 19_874]]
+        );
+    }
+
+    #[test]
     fn splitmix64_matches_the_published_sequence() {
         // First outputs of SplitMix64 seeded with 1234567 (from the reference implementation).
         let mut r = SplitMix64(1234567);

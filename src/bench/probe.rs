@@ -53,7 +53,10 @@ fn sum_words(words: &[u64]) -> u64 {
             *a = a.wrapping_add(*w);
         }
     }
-    let tail = quads.remainder().iter().fold(0u64, |a, w| a.wrapping_add(*w));
+    let tail = quads
+        .remainder()
+        .iter()
+        .fold(0u64, |a, w| a.wrapping_add(*w));
     acc.iter().fold(tail, |a, w| a.wrapping_add(*w))
 }
 
@@ -61,18 +64,18 @@ fn sum_words(words: &[u64]) -> u64 {
 /// multiply-add), with the kernels' current thread count.
 pub fn linear_peak() -> Result<f64, KernelError> {
     let (m, k, n) = LINEAR_PROBE_SHAPE;
-    let x = Tensor::new(vec![m, k], pseudo_random(m * k, 1)).map_err(|_| {
-        KernelError::TooLarge {
+    let x =
+        Tensor::new(vec![m, k], pseudo_random(m * k, 1)).map_err(|_| KernelError::TooLarge {
             op: "linear probe",
             shape: vec![m, k],
-        }
-    })?;
-    let w = Weight::from_values(DType::BF16, vec![n, k], &pseudo_random(n * k, 2)).map_err(
-        |_| KernelError::TooLarge {
-            op: "linear probe",
-            shape: vec![n, k],
-        },
-    )?;
+        })?;
+    let w =
+        Weight::from_values(DType::BF16, vec![n, k], &pseudo_random(n * k, 2)).map_err(|_| {
+            KernelError::TooLarge {
+                op: "linear probe",
+                shape: vec![n, k],
+            }
+        })?;
     // One untimed call: thread start-up and first touches of the buffers.
     std::hint::black_box(kernels::linear(&x, &w)?);
     let flops = 2.0 * (m * k * n) as f64;

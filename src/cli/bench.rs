@@ -117,9 +117,9 @@ impl Diagnose for BenchError {
     }
     fn hint(&self) -> Option<String> {
         match self {
-            BenchError::ReadEngine { .. } => {
-                Some("check the --engine path (default engines/gemma3.eng, from the repo root)".into())
-            }
+            BenchError::ReadEngine { .. } => Some(
+                "check the --engine path (default engines/gemma3.eng, from the repo root)".into(),
+            ),
             BenchError::Worker { .. } | BenchError::Spawn { .. } => {
                 Some("run with --in-process to measure without child processes".into())
             }
@@ -247,7 +247,11 @@ fn measure(
         args.new_tokens,
         args.repeat,
         scope,
-        |i| progress(args.verbose, || format!("batch {batch}: run {}/{}", i + 1, args.repeat)),
+        |i| {
+            progress(args.verbose, || {
+                format!("batch {batch}: run {}/{}", i + 1, args.repeat)
+            })
+        },
     )
 }
 

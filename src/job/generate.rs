@@ -99,6 +99,9 @@ impl std::fmt::Debug for Generator {
     }
 }
 
+/// Token ids, positions and pad counts of one step.
+type StepIds = (Vec<u32>, Vec<u32>, Vec<u32>);
+
 /// The inputs of one engine step.
 fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u32>) -> Inputs {
     Inputs::new()
@@ -131,10 +134,7 @@ impl Generator {
     }
 
     /// A batch's first step: left-padded prompts, their positions and pad counts.
-    fn prefill(
-        &self,
-        prompts: &[Vec<u32>],
-    ) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>), GenerateError> {
+    fn prefill(&self, prompts: &[Vec<u32>]) -> Result<StepIds, GenerateError> {
         let vocab = self.checkpoint.config.vocab_size;
         let pad_id = self.checkpoint.config.pad_token_id;
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
@@ -153,8 +153,8 @@ impl Generator {
                 });
             }
             let pad = width - p.len();
-            tokens.extend(std::iter::repeat_n(pad_id, pad).chain(p.iter().copied()));
-            positions.extend(std::iter::repeat_n(0, pad).chain(0..p.len() as u32));
+            tokens.extend(std::iter::repeat(pad_id).take(pad).chain(p.iter().copied()));
+            positions.extend(std::iter::repeat(0).take(pad).chain(0..p.len() as u32));
             pads.push(pad as u32);
         }
         Ok((tokens, positions, pads))
