@@ -10,11 +10,13 @@
 //! - [`model`]: checkpoints (config, memory-mapped weights, digest), tokenizer, synthetic models.
 //! - [`job`]: the job file, the private inputs, and running them.
 //! - [`kernels`]: the tensor operations the engine language calls.
+//! - [`bench`]: `runner bench`'s measurements (throughput, peak memory, machine probes).
 //! - [`atomic`]: atomic file writes (temporary file, fsync, rename).
 //! - [`cli`]: the command-line front end; thin glue over the modules above.
 //! - [`error`]: how every module's errors map to exit codes and hints.
 
 pub mod atomic;
+pub mod bench;
 pub mod cli;
 pub mod error;
 pub mod job;

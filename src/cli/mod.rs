@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::error::{Diagnose, Exit};
 
 mod audit;
+mod bench;
 mod cert;
 mod demo;
 mod exec;
@@ -62,6 +63,8 @@ enum Command {
     Review(review::ReviewArgs),
     /// Run the whole flow on a built-in demo, in a fresh directory.
     Demo(demo::DemoArgs),
+    /// Time prefill and decode per batch size, with peak memory and this machine's limits.
+    Bench(bench::BenchArgs),
 }
 
 /// An error from any module, on its way to being printed and turned into an exit code.
@@ -136,5 +139,6 @@ fn run(cli: Cli) -> CliResult {
         Command::Exec(args) => exec::exec(args),
         Command::Demo(args) => demo::demo(args),
         Command::Review(args) => review::review(args),
+        Command::Bench(args) => bench::bench(args),
     }
 }

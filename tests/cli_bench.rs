@@ -1,0 +1,179 @@
+//! `runner bench` end to end on a tiny synthetic model: the JSON report has every field for
+//! every batch size (timings are not asserted: they depend on the machine), the table prints,
+//! and bad input is refused with the documented exit code.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use runner::model::synthetic::SyntheticSpec;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tiny_model(dir: &Path) -> PathBuf {
+    let model = dir.join("tiny");
+    SyntheticSpec::tiny()
+        .write(&model, 7)
+        .unwrap_or_else(|e| panic!("{e}"));
+    model
+}
+
+fn bench(model: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("bench")
+        .arg("--model")
+        .arg(model)
+        .arg("--engine")
+        .arg(root().join("engines/gemma3.eng"))
+        .arg("--policy")
+        .arg(root().join("policies/gemma3.json"))
+        .args(["--prompt-len", "4", "--new-tokens", "3", "--probe-mib", "8"])
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run runner: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn number(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("`{key}` is not a number in {v}"))
+}
+
+#[test]
+fn json_report_has_every_field_for_each_batch_size() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let model = tiny_model(dir.path());
+    let out = bench(&model, &["--batch", "2,1", "--threads", "2", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "quiet without --verbose: {}",
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+
+    assert_eq!(report["machine"]["threads"], 2);
+    assert!(report["machine"]["isa"].is_string());
+    assert!(report["machine"]["cpu"].is_string());
+    assert!(number(&report["probes"], "read_bandwidth_bytes_per_s") > 0.0);
+    assert!(number(&report["probes"], "linear_flops_per_s") > 0.0);
+    assert_eq!(report["prompt_len"], 4);
+    assert_eq!(report["new_tokens"], 3);
+    assert_eq!(report["repeat"], 1);
+    let facts = &report["model"];
+    assert_eq!(facts["layers"], 6);
+    assert_eq!(facts["vocab_size"], 256);
+    assert_eq!(facts["weight_dtype"], "bf16");
+    // Tiny spec: 6 layers of q,k,v,o (4*16*64, 16*64, 16*64, 64*4*16) + gate, up, down
+    // (3 * 128*64); the tied head is the 256x64 embedding.
+    assert_eq!(
+        facts["layer_linear_params"],
+        6 * (4096 + 1024 + 1024 + 4096 + 3 * 8192)
+    );
+    assert_eq!(facts["head_params"], 256 * 64);
+
+    let rows = report["batches"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
+    let batches: Vec<u64> = rows.iter().filter_map(|r| r["batch"].as_u64()).collect();
+    assert_eq!(batches, [1, 2], "rows in increasing batch order");
+    for row in rows {
+        for key in [
+            "prefill_s",
+            "prefill_tokens_per_s",
+            "decode_s",
+            "decode_tokens_per_s",
+            "ms_per_decode_step",
+            "decode_bandwidth_fraction",
+            "decode_gflops",
+            "decode_peak_fraction",
+            "prefill_gflops",
+            "prefill_peak_fraction",
+        ] {
+            assert!(number(row, key) > 0.0, "{key} in {row}");
+        }
+        assert_eq!(row["decode_steps"], 2);
+        assert_eq!(row["runs"].as_array().map(Vec::len), Some(1));
+        assert_eq!(row["rss_scope"], "per_batch");
+        let b = row["batch"].as_u64().unwrap_or(0);
+        // f32 KV: 6 layers x 2 (k, v) x batch x 1 kv head x 16 x 4 bytes x 7 columns (the
+        // window of 8 is longer than prompt + new).
+        assert_eq!(row["kv_cache_bytes"].as_u64(), Some(6 * 2 * b * 16 * 4 * 7));
+        let weights = facts["weight_bytes"].as_u64().unwrap_or(0);
+        assert_eq!(
+            row["budget_bytes"].as_u64(),
+            Some(weights + 6 * 2 * b * 16 * 4 * 7 + (100 << 20))
+        );
+        if cfg!(target_os = "linux") {
+            assert!(row["peak_rss_bytes"].as_u64().is_some_and(|p| p > 0));
+            assert!(row["memory_ok"].is_boolean());
+        }
+    }
+}
+
+#[test]
+fn in_process_table_says_the_peak_is_process_wide() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let model = tiny_model(dir.path());
+    let out = bench(&model, &["--batch", "1,2", "--in-process", "--repeat", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("process-wide and monotonic"), "{stdout}");
+    assert!(stdout.contains("medians of 2 run(s)"), "{stdout}");
+    let header = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("batch"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        header.contains("decode tok/s") && header.contains("peak RSS MiB"),
+        "{header}"
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("batch"))
+        .skip(1)
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(rows[0].trim_start().starts_with("1 "), "{stdout}");
+    assert!(rows[1].trim_start().starts_with("2 "), "{stdout}");
+}
+
+#[test]
+fn rejects_a_batch_size_of_zero() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let model = tiny_model(dir.path());
+    let out = bench(&model, &["--batch", "1,0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--batch"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn rejects_an_engine_the_policy_refuses() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let model = tiny_model(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("bench")
+        .arg("--model")
+        .arg(&model)
+        .arg("--engine")
+        .arg(root().join("engines/gemma3.eng"))
+        .arg("--policy")
+        .arg(root().join("tests/engines/narrow-policy.json"))
+        .args(["--batch", "1", "--prompt-len", "4", "--new-tokens", "3"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run runner: {e}"));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+}
