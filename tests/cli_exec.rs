@@ -173,10 +173,6 @@ impl Env {
         self.write("job.toml", job_toml(batch_size, max_new_tokens, outputs));
     }
 
-    fn exec(&self) -> Output {
-        self.run(EXEC)
-    }
-
     /// EXEC with `--cert` replaced.
     fn exec_with_cert(&self, cert: &'static str) -> Vec<&'static str> {
         let mut args = EXEC.to_vec();

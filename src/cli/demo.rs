@@ -88,7 +88,10 @@ fn fresh_dir(arg: Option<PathBuf>) -> Result<PathBuf, DemoError> {
 pub fn demo(args: DemoArgs) -> CliResult {
     let started = std::time::Instant::now();
     let dir = fresh_dir(args.dir)?;
-    print(&format!("runner demo: the whole flow, in {}\n\n", dir.display()))?;
+    print(&format!(
+        "runner demo: the whole flow, in {}\n\n",
+        dir.display()
+    ))?;
 
     // 1. Keys.
     let owner = SecretKey::generate()?;
@@ -117,10 +120,11 @@ pub fn demo(args: DemoArgs) -> CliResult {
         ..SyntheticSpec::tiny()
     };
     let model_dir = dir.join("model");
-    spec.write(&model_dir, 2026).map_err(|source| DemoError::Io {
-        path: model_dir.clone(),
-        source,
-    })?;
+    spec.write(&model_dir, 2026)
+        .map_err(|source| DemoError::Io {
+            path: model_dir.clone(),
+            source,
+        })?;
     if let Some(t) = &tokenizer {
         std::fs::copy(t, model_dir.join("tokenizer.json")).map_err(|source| DemoError::Io {
             path: model_dir.join("tokenizer.json"),
@@ -173,7 +177,10 @@ pub fn demo(args: DemoArgs) -> CliResult {
     )?;
     let cert = Certificate::sign_new(payload, &owner)?;
     write(&dir.join("cert.json"), cert.to_bytes())?;
-    print(&format!("5. approve     cert.json: certificate {} signed by the owner\n", cert.digest().short()))?;
+    print(&format!(
+        "5. approve     cert.json: certificate {} signed by the owner\n",
+        cert.digest().short()
+    ))?;
 
     // 6. A job on private prompts.
     let inputs = if tokenizer.is_some() {
@@ -186,7 +193,11 @@ pub fn demo(args: DemoArgs) -> CliResult {
         "{\"id\": \"q1\", \"tokens\": [2, 17, 99, 4]}\n{\"id\": \"q2\", \"tokens\": [2, 300]}\n{\"id\": \"q3\", \"tokens\": [2, 42, 42, 7, 11]}\n"
     };
     write(&dir.join("inputs.jsonl"), inputs)?;
-    let outputs = if tokenizer.is_some() { "[\"text\", \"tokens\"]" } else { "[\"tokens\"]" };
+    let outputs = if tokenizer.is_some() {
+        "[\"text\", \"tokens\"]"
+    } else {
+        "[\"tokens\"]"
+    };
     write(
         &dir.join("job.toml"),
         format!(
@@ -220,7 +231,12 @@ pub fn demo(args: DemoArgs) -> CliResult {
     ))?;
 
     // 8. The recipient verifies.
-    let verified = verify_receipt(&result.receipt, &cert, &runner_key.public_key(), Some(&dir.join("out")))?;
+    let verified = verify_receipt(
+        &result.receipt,
+        &cert,
+        &runner_key.public_key(),
+        Some(&dir.join("out")),
+    )?;
     print(&format!(
         "8. verify      receipt {} signed by the runner, bound to certificate {}, outputs match\n",
         verified.digest().short(),

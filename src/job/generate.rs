@@ -153,8 +153,8 @@ impl Generator {
                 });
             }
             let pad = width - p.len();
-            tokens.extend(std::iter::repeat(pad_id).take(pad).chain(p.iter().copied()));
-            positions.extend(std::iter::repeat(0).take(pad).chain(0..p.len() as u32));
+            tokens.extend(std::iter::repeat_n(pad_id, pad).chain(p.iter().copied()));
+            positions.extend(std::iter::repeat_n(0, pad).chain(0..p.len() as u32));
             pads.push(pad as u32);
         }
         Ok((tokens, positions, pads))

@@ -20,12 +20,11 @@ use crate::error::{Diagnose, Exit};
 use crate::model::tokenizer::TokenizerError;
 use crate::trust::keys::SecretKey;
 use crate::trust::policy::OutputKind;
-pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE};
 use crate::trust::receipt::{
     sign_receipt, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
 };
+pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE};
 use crate::trust::time::Timestamp;
-
 
 /// What a finished run produced.
 #[derive(Debug, Clone)]

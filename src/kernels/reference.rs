@@ -195,7 +195,7 @@ pub fn attention(
                 let kh = h / group;
                 let qo = ((b * t + ti) * heads + h) * d;
                 let visible: Vec<usize> = (0..=c)
-                    .filter(|&j| j >= pad_b && window.map_or(true, |w| j + w > c))
+                    .filter(|&j| j >= pad_b && window.is_none_or(|w| j + w > c))
                     .collect();
                 if visible.is_empty() {
                     continue;

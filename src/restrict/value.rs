@@ -344,11 +344,7 @@ impl Type {
     /// Whether `value` has this type; the reason when it does not.
     pub fn admits(&self, value: &Value) -> Result<(), String> {
         let fits = |want: &[Dim], got: &[usize]| {
-            want.len() == got.len()
-                && want
-                    .iter()
-                    .zip(got)
-                    .all(|(w, g)| w.map_or(true, |w| w == *g))
+            want.len() == got.len() && want.iter().zip(got).all(|(w, g)| w.is_none_or(|w| w == *g))
         };
         let ok = match (self, value) {
             (Type::Scalar, Value::Scalar(_)) | (Type::Ids, Value::Ids(_)) => true,

@@ -112,7 +112,7 @@ proptest! {
         let heads = kv * group;
         let scale = 1.0 / (d as f32).sqrt();
         let mut hs = Harness::new(kind, batch, kv, d);
-        for t in std::iter::once(prefill).chain(std::iter::repeat(1).take(steps)) {
+        for t in std::iter::once(prefill).chain(std::iter::repeat_n(1, steps)) {
             let (q, k, v) = qkv(&mut rng, batch, t, heads, kv, d);
             let (out, want) = hs.step(&q, &k, &v, &pad, scale);
             prop_assert_eq!(out.shape(), q.shape());
