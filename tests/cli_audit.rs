@@ -2,6 +2,8 @@
 //! in each way the state directory can be named, and every kind of damage reported at its line
 //! with exit code 3.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -66,13 +68,7 @@ impl Env {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args, None);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.run(args, None))
     }
 
     /// `audit verify --state-dir state` must fail with `code` and mention `needle`.

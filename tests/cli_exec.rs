@@ -3,6 +3,8 @@
 //! verify`; every refusal's exit code, message, hint, audit entry and the absence of any output;
 //! a run killed mid-way leaving nothing behind; and text prompts through the real tokenizer.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -105,13 +107,7 @@ impl Env {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.run(args))
     }
 
     fn keygen(&self, name: &str) {

@@ -4,6 +4,8 @@
 //! owners sign a superseding certificate; exec runs with identical outputs; and the old
 //! certificate is refused from then on as superseded.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -79,14 +81,7 @@ impl Env {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        common::succeeded(args, self.run(args))
     }
 
     fn fails(&self, args: &[&str], code: i32) -> String {

@@ -2,6 +2,8 @@
 //! certificate approved with the binary, verified untouched, and every tampering refused with
 //! its own message and exit code.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -122,29 +124,12 @@ impl Env {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.run(args))
     }
 
     /// Run, expect exit `code`, check stderr mentions `needle` and stdout is empty.
     fn fails(&self, args: &[&str], code: i32, needle: &str) -> String {
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains(needle),
-            "{args:?}: expected {needle:?} in: {stderr}"
-        );
-        assert!(
-            out.stdout.is_empty(),
-            "{args:?} printed to stdout on failure"
-        );
-        stderr
+        common::failed_with(args, self.run(args), code, needle)
     }
 
     /// A receipt whose Statement is `payload`, signed by the runner key, written to out/.

@@ -2,6 +2,8 @@
 //! keygen, policy-id, approve, cosign, inspect and verify-cert, and every refusal's exit code,
 //! message, and (for commands that write) the absence of any output file.
 
+mod common;
+
 use std::fs;
 
 const ENGINE: &str = include_str!("../engines/gemma3.eng");
@@ -44,29 +46,12 @@ impl Env {
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        common::succeeded(args, self.run(args))
     }
 
     /// Run, expect exit `code`, and return stderr after checking it mentions `needle`.
     fn fails(&self, args: &[&str], code: i32, needle: &str) -> String {
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains(needle),
-            "{args:?}: expected {needle:?} in: {stderr}"
-        );
-        assert!(
-            out.stdout.is_empty(),
-            "{args:?} printed to stdout on failure"
-        );
-        stderr
+        common::failed_with(args, self.run(args), code, needle)
     }
 
     fn keygen(&self, name: &str) {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use super::generate::{GenerateError, Generator};
-use super::inputs::{read_inputs, Input, InputsError, Prompt};
+use super::inputs::{parse_inputs, Input, InputsError, Prompt};
 use super::spec::{JobError, JobSpec};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::{model_digest, ModelDigestError};
@@ -380,7 +380,12 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
         path: req.job.to_owned(),
         source,
     })?;
-    let job = JobSpec::load(req.job)?;
+    // Parse the bytes that are hashed into the receipt, not a second read of the file.
+    let job_text = std::str::from_utf8(&job_bytes).map_err(|e| JobError::Read {
+        path: req.job.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })?;
+    let job = JobSpec::parse(job_text, req.job)?;
 
     let source = std::fs::read(&job.engine).map_err(|source| Refusal::ReadEngine {
         path: job.engine.clone(),
@@ -461,7 +466,7 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
         path: job.inputs.clone(),
         source,
     })?;
-    let inputs = read_inputs(&job.inputs)?;
+    let inputs = parse_inputs(&inputs_bytes, &job.inputs)?;
     if inputs.len() as u64 > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
             limit: "max_inputs",
