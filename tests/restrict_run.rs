@@ -651,3 +651,37 @@ fn gemma_shaped_engine_hides_its_private_parts_from_the_view() {
         ]
     );
 }
+
+#[test]
+fn argmax_of_linear_gives_the_ids_of_argmax_over_the_whole_logits() {
+    // `direct` is fused into one kernel (nothing else reads the logits); `via_call` is not
+    // (the logits cross a function boundary). Both must give argmax over the full logits.
+    const SRC: &str = "\
+fn direct(x, w) {
+  return argmax(linear(x, w));
+}
+fn via_call(x, w) {
+  return argmax(logits(x, w));
+}
+fn logits(x, w) {
+  return linear(x, w);
+}
+";
+    let (x, w) = (tensor(&[4, 8], 3), weight(&[1500, 8], 4));
+    let want = kernels::argmax(&kernels::linear(&x, &w).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let inputs = || {
+        Inputs::new()
+            .with("x", Value::tensor(x.clone()))
+            .with("w", Value::Weight(w.clone()))
+    };
+    for entry in ["direct", "via_call"] {
+        let got = build(SRC, entry, &inputs())
+            .run(&inputs())
+            .unwrap_or_else(|e| panic!("{e}"));
+        match got {
+            Value::Ids(ids) => assert_eq!(*ids, want, "{entry}"),
+            other => panic!("{entry}: not ids: {other:?}"),
+        }
+    }
+}

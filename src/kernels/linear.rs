@@ -11,12 +11,14 @@
 //! reuses it for every block of `MB` x rows with an `MR × NR` register micro-kernel whose lane
 //! accumulators persist across inner blocks. Faster paths (AVX-512, AMX) plug in at [`Isa`].
 
-use std::ops::Range;
-
 use super::error::KernelError;
-use super::parallel;
+use super::parallel::{self, ColumnsMut};
 use super::simd::{self, Isa, LANES};
+use super::softmax::argmax_row;
 use super::tensor::{DType, Tensor, Weight};
+
+#[cfg(target_arch = "x86_64")]
+mod gemv;
 
 /// Weight rows per decoded tile.
 const NB: usize = 8;
@@ -28,8 +30,13 @@ const MB: usize = 64;
 const MR: usize = 3;
 /// Micro-kernel rows of w.
 const NR: usize = 2;
-/// Multiply-adds below which a thread start does not pay off.
+/// Multiply-adds below which a task of its own does not pay off.
 const MIN_TASK_MACS: usize = 1 << 18;
+/// The same for one x row: bandwidth-bound, so a second thread's extra read stream pays off
+/// on much less work (~64 KiB of bf16 weights).
+const MIN_TASK_MACS_GEMV: usize = 1 << 15;
+/// Output columns [`linear_argmax`] computes at a time per task (its scratch is `[m, this]`).
+const ARGMAX_CHUNK: usize = 512;
 
 /// `x [..., in] × w [out, in]ᵀ -> [..., out]` on the best instruction set of this CPU.
 pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
@@ -188,69 +195,168 @@ impl Rows for F32Rows<'_> {
     }
 }
 
-/// Split the output columns between threads and assemble `[m, n]`.
+/// `[m, n]`, the output columns split between threads, each filling its own columns in place.
 fn run<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
-    let per_col = m.saturating_mul(k).max(1);
-    let min_cols = MIN_TASK_MACS.div_ceil(per_col);
-    let parts = parallel::map_ranges(n, min_cols, NB, |cols| columns_on(isa, x, m, k, w, cols));
-    if parts.len() == 1 {
-        if let Some((_, only)) = parts.into_iter().next() {
-            return only;
-        }
-        return Vec::new();
-    }
     let mut out = vec![0.0f32; m * n];
-    for (cols, part) in parts {
-        let nc = cols.len();
-        if nc == 0 {
-            continue;
-        }
-        for (row, src) in out.chunks_exact_mut(n).zip(part.chunks_exact(nc)) {
-            row[cols.clone()].copy_from_slice(src);
-        }
-    }
+    let min_cols = min_task_cols(m, k);
+    parallel::for_columns(&mut out, n, min_cols, NB, |mut block| {
+        columns_on(isa, x, m, k, w, &mut block)
+    });
     out
 }
 
+/// The fewest output columns worth a task of their own.
+fn min_task_cols(m: usize, k: usize) -> usize {
+    let per_col = m.saturating_mul(k).max(1);
+    let min_macs = if m == 1 {
+        MIN_TASK_MACS_GEMV
+    } else {
+        MIN_TASK_MACS
+    };
+    min_macs.div_ceil(per_col)
+}
+
+/// `argmax(linear(x, w))` along the last axis, one id per row of x, without building the
+/// `[..., out]` result: each task computes its columns a chunk at a time and keeps each row's
+/// best. Identical to [`linear`] then [`argmax`](super::argmax) (first maximum; the first NaN
+/// beats everything), for any thread count: chunks are merged in column order.
+///
+/// The output head of a language model is the one place this matters: `[batch, vocab]` f32
+/// logits are 128 MiB at batch 128 with Gemma 3's 262144-token vocabulary.
+pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
+    let (m, k, n, shape) = check("linear", x.shape(), w.shape())?;
+    if n == 0 {
+        return Err(KernelError::EmptyAxis {
+            op: "argmax",
+            shape,
+        });
+    }
+    if u32::try_from(n - 1).is_err() {
+        return Err(KernelError::IndexOverflow {
+            op: "argmax",
+            shape,
+        });
+    }
+    let isa = simd::isa();
+    let src = WeightRows {
+        bytes: w.bytes(),
+        dtype: w.dtype(),
+    };
+    let x = x.data();
+    let parts = parallel::map_ranges(n, min_task_cols(m, k), NB, |cols| {
+        let mut best = vec![Best::NONE; m];
+        let mut scratch = vec![0.0f32; m * ARGMAX_CHUNK.min(cols.len())];
+        let mut c0 = cols.start;
+        while c0 < cols.end {
+            let chunk = c0..(c0 + ARGMAX_CHUNK).min(cols.end);
+            let buf = &mut scratch[..m * chunk.len()];
+            columns_on(
+                isa,
+                x,
+                m,
+                k,
+                &src,
+                &mut ColumnsMut::window(buf, chunk.clone()),
+            );
+            for (b, row) in best.iter_mut().zip(buf.chunks_exact(chunk.len())) {
+                let i = argmax_row(row) as usize;
+                *b = b.then(Best::at(chunk.start + i, row[i]));
+            }
+            c0 = chunk.end;
+        }
+        best
+    });
+    let mut best = vec![Best::NONE; m];
+    for (_, part) in parts {
+        for (b, p) in best.iter_mut().zip(part) {
+            *b = b.then(p);
+        }
+    }
+    // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
+    Ok(best.into_iter().map(|b| b.index as u32).collect())
+}
+
+/// The best column of a row so far, by [`argmax`](super::argmax)'s rule.
+#[derive(Clone, Copy)]
+struct Best {
+    index: usize,
+    value: f32,
+    /// No column seen yet.
+    empty: bool,
+}
+
+impl Best {
+    const NONE: Best = Best {
+        index: 0,
+        value: f32::NEG_INFINITY,
+        empty: true,
+    };
+
+    fn at(index: usize, value: f32) -> Best {
+        Best {
+            index,
+            value,
+            empty: false,
+        }
+    }
+
+    /// The best of `self` and `later`, whose columns all come after `self`'s: an earlier NaN
+    /// stays, a later one wins over numbers, and otherwise only a strictly larger value wins.
+    fn then(self, later: Best) -> Best {
+        if later.empty {
+            return self;
+        }
+        if self.empty {
+            return later;
+        }
+        if self.value.is_nan() {
+            return self;
+        }
+        if later.value.is_nan() || later.value > self.value {
+            return later;
+        }
+        self
+    }
+}
+
 /// [`columns`] on the chosen instruction set.
-fn columns_on<S: Rows>(
-    isa: Isa,
-    x: &[f32],
-    m: usize,
-    k: usize,
-    w: &S,
-    cols: Range<usize>,
-) -> Vec<f32> {
+fn columns_on<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, cols: Range<usize>) -> Vec<f32> {
+    fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
         if m == 1 {
             if let Some((bytes, dtype)) = w.raw() {
-                return gemv_avx2(x, bytes, dtype, k, cols);
+                let cols = out.cols();
+                let dst = out.row(0);
+                match dtype {
+                    DType::F32 => gemv::gemv_avx2::<{ gemv::F32 }>(x, bytes, k, cols, dst),
+                    DType::BF16 => gemv::gemv_avx2::<{ gemv::BF16 }>(x, bytes, k, cols, dst),
+                    DType::F16 => gemv::gemv_avx2::<{ gemv::F16 }>(x, bytes, k, cols, dst),
+                }
+                return;
             }
         }
-        columns::<S, true>(x, m, k, w, cols)
+        columns::<S, true>(x, m, k, w, out)
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2Fma` only reaches here from `simd::isa()` (see `linear_on`), which
         // returns it only after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C.
-        Isa::Avx2Fma => unsafe { avx2(x, m, k, w, cols) },
-        _ => columns::<S, false>(x, m, k, w, cols),
+        Isa::Avx2Fma => unsafe { avx2(x, m, k, w, out) },
+        _ => columns::<S, false>(x, m, k, w, out),
     }
 }
 
-/// Outputs `[m, cols]` (row-major, `cols.len()` wide).
+/// Outputs `[m, out.cols()]`, written into `out`.
 #[inline(always)]
 fn columns<S: Rows, const AVX2: bool>(
     x: &[f32],
     m: usize,
     k: usize,
     w: &S,
-    cols: Range<usize>,
-) -> Vec<f32> {
-    let nc = cols.len();
-    let mut out = vec![0.0f32; m * nc];
+    out: &mut ColumnsMut<'_>,
+) {
+    let cols = out.cols();
     let mut wbuf = vec![0.0f32; NB * KB];
     let mut acc = vec![0.0f32; m.min(MB) * NB * LANES];
     let mut n0 = cols.start;
@@ -287,7 +393,7 @@ fn columns<S: Rows, const AVX2: bool>(
                 k0 += kb;
             }
             for i in 0..mb {
-                let row = &mut out[(m0 + i) * nc + (n0 - cols.start)..][..nb];
+                let row = &mut out.row(m0 + i)[n0 - cols.start..][..nb];
                 for (j, o) in row.iter_mut().enumerate() {
                     let lanes = &acc[(i * nb + j) * LANES..][..LANES];
                     let mut a = [0.0f32; LANES];
@@ -299,7 +405,6 @@ fn columns<S: Rows, const AVX2: bool>(
         }
         n0 += nb;
     }
-    out
 }
 
 /// One decoded weight tile against one block of x rows.
@@ -405,92 +510,6 @@ impl Tile<'_> {
             }
         }
     }
-}
-
-/// Rows of w decoded straight into registers, for a single x row (decode at batch 1 is
-/// bandwidth-bound, so the tile buffer's extra store and load would only cost). Same per-lane
-/// order as every other path; `cols` are the output columns (weight rows) to compute.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn gemv_avx2(x: &[f32], bytes: &[u8], dtype: DType, k: usize, cols: Range<usize>) -> Vec<f32> {
-    use std::arch::x86_64::{
-        __m128i, __m256, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
-        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps,
-        _mm_loadu_si128,
-    };
-    /// 16 consecutive elements of a weight row, decoded into two registers.
-    #[inline(always)]
-    fn load16(bytes: &[u8], dtype: DType, at: usize) -> [__m256; 2] {
-        let s = dtype.size();
-        let b = &bytes[at * s..(at + LANES) * s];
-        // SAFETY: `b` was just bounds-checked to hold 16 elements of `dtype` (64 bytes for f32,
-        // 32 for bf16/f16); each unaligned load reads 8 elements of it. This function is only
-        // inlined into `gemv_avx2`, which requires AVX2, FMA and F16C.
-        unsafe {
-            match dtype {
-                DType::F32 => {
-                    let p = b.as_ptr().cast::<f32>();
-                    [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
-                }
-                DType::BF16 => {
-                    let p = b.as_ptr().cast::<__m128i>();
-                    let wide =
-                        |v| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)));
-                    [wide(_mm_loadu_si128(p)), wide(_mm_loadu_si128(p.add(1)))]
-                }
-                DType::F16 => {
-                    let p = b.as_ptr().cast::<__m128i>();
-                    [
-                        _mm256_cvtph_ps(_mm_loadu_si128(p)),
-                        _mm256_cvtph_ps(_mm_loadu_si128(p.add(1))),
-                    ]
-                }
-            }
-        }
-    }
-    const ROWS: usize = 4;
-    let x = &x[..k];
-    let full = k - k % LANES;
-    let mut out = vec![0.0f32; cols.len()];
-    let mut tail = vec![0.0f32; k - full];
-    for (oc, j0) in out.chunks_mut(ROWS).zip(cols.clone().step_by(ROWS)) {
-        let rows = oc.len();
-        let mut a = [[_mm256_setzero_ps(); 2]; ROWS];
-        let mut kk = 0;
-        while kk < full {
-            let xs = &x[kk..kk + LANES];
-            // SAFETY: `xs` holds exactly 16 f32s; each load reads 8 of them.
-            let xv = unsafe {
-                [
-                    _mm256_loadu_ps(xs.as_ptr()),
-                    _mm256_loadu_ps(xs.as_ptr().add(8)),
-                ]
-            };
-            for (r, ar) in a.iter_mut().enumerate().take(rows) {
-                let wv = load16(bytes, dtype, (j0 + r) * k + kk);
-                ar[0] = _mm256_fmadd_ps(xv[0], wv[0], ar[0]);
-                ar[1] = _mm256_fmadd_ps(xv[1], wv[1], ar[1]);
-            }
-            kk += LANES;
-        }
-        for (r, o) in oc.iter_mut().enumerate() {
-            let mut lanes = [0.0f32; LANES];
-            // SAFETY: `lanes` holds exactly 16 f32s; each store writes 8 of them.
-            unsafe {
-                _mm256_storeu_ps(lanes.as_mut_ptr(), a[r][0]);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a[r][1]);
-            }
-            if full < k {
-                let row = (j0 + r) * k;
-                WeightRows { bytes, dtype }.decode(row + full, &mut tail);
-                for ((l, xv), wv) in lanes.iter_mut().zip(&x[full..]).zip(&tail) {
-                    *l = xv.mul_add(*wv, *l);
-                }
-            }
-            *o = simd::reduce_lanes(&lanes);
-        }
-    }
-    out
 }
 
 /// The AVX2 register micro-kernel: the same per-lane fused multiply-adds as the portable loop,

@@ -1,17 +1,20 @@
-//! The kernels' thread count and the two ways they split work across threads.
+//! The kernels' thread count and the ways they split work across threads.
 //!
 //! Determinism rule: a kernel only ever splits *independent outputs* (rows, columns, heads)
 //! between threads, and computes each output with the same operations in the same order
 //! whichever thread it lands on. So results are bit-identical for any thread count; the split
 //! only changes which thread does the work.
 //!
-//! Threads are `std::thread::scope` threads started per call; the calling thread does the first
-//! share itself, and small jobs (below a kernel-chosen amount of work) run on the calling thread
-//! alone so the spawn cost never dominates.
+//! Work runs on one persistent pool (rayon's), started on first use: a decode step makes a few
+//! hundred kernel calls, and starting threads per call cost ~55 µs each (and left a malloc arena
+//! behind per short-lived thread). The calling thread does the first share itself; small jobs
+//! (below a kernel-chosen amount of work) run on the calling thread alone.
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// 0 = not resolved yet (read `RUNNER_THREADS` / available parallelism on first use).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -92,8 +95,40 @@ pub(crate) fn split(n: usize, parts: usize, align: usize) -> Vec<Range<usize>> {
     out
 }
 
+/// The pool kernel tasks run on: as many workers as the machine has cores (or as
+/// `RUNNER_THREADS` asks, if more). A kernel asking for more tasks than workers just queues them.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(default_threads().max(cores))
+            .thread_name(|i| format!("runner-kernel-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Run `first` on this thread and every task of `rest` on the pool, returning when all are
+/// done. If the pool could not be started, everything runs here, in order (same results).
+fn run_tasks<'a>(first: impl FnOnce(), rest: Vec<Box<dyn FnOnce() + Send + 'a>>) {
+    match pool() {
+        Some(p) => p.in_place_scope(|s| {
+            for task in rest {
+                s.spawn(move |_| task());
+            }
+            first();
+        }),
+        None => {
+            first();
+            rest.into_iter().for_each(|t| t());
+        }
+    }
+}
+
 /// Fill `out` (rows of `row_len` values) in parallel: `f(rows, chunk)` computes rows `rows` into
-/// `chunk` (`rows.len() * row_len` values). `min_rows` is the smallest share worth a thread.
+/// `chunk` (`rows.len() * row_len` values). `min_rows` is the smallest share worth a task.
 pub(crate) fn for_rows<F>(out: &mut [f32], row_len: usize, min_rows: usize, f: F)
 where
     F: Fn(Range<usize>, &mut [f32]) + Sync,
@@ -107,23 +142,20 @@ where
         f(0..rows, out);
         return;
     }
-    std::thread::scope(|s| {
-        let mut rest = out;
-        let mut mine = None;
-        for r in ranges {
-            let (chunk, tail) = rest.split_at_mut(r.len() * row_len);
-            rest = tail;
-            if mine.is_none() {
-                mine = Some((r, chunk));
-            } else {
-                let f = &f;
-                s.spawn(move || f(r, chunk));
-            }
-        }
-        if let Some((r, chunk)) = mine {
-            f(r, chunk);
-        }
-    });
+    let f = &f;
+    let mut chunks = Vec::with_capacity(ranges.len());
+    let mut rest = out;
+    for r in ranges {
+        let (chunk, tail) = rest.split_at_mut(r.len() * row_len);
+        rest = tail;
+        chunks.push((r, chunk));
+    }
+    let mut iter = chunks.into_iter();
+    let Some((r0, c0)) = iter.next() else { return };
+    let tasks = iter
+        .map(|(r, c)| Box::new(move || f(r, c)) as Box<dyn FnOnce() + Send + '_>)
+        .collect();
+    run_tasks(|| f(r0, c0), tasks);
 }
 
 /// Map contiguous ranges of `0..items` to results in parallel, returned in range order together
@@ -142,24 +174,122 @@ where
     if ranges.len() <= 1 {
         return ranges.into_iter().map(|r| (r.clone(), f(r))).collect();
     }
-    std::thread::scope(|s| {
+    let mut slots: Vec<Option<T>> = ranges.iter().map(|_| None).collect();
+    {
         let f = &f;
-        let mut iter = ranges.into_iter();
-        let first = iter.next();
-        let handles: Vec<_> = iter.map(|r| (r.clone(), s.spawn(move || f(r)))).collect();
-        let mut out = Vec::with_capacity(handles.len() + 1);
-        if let Some(r) = first {
-            out.push((r.clone(), f(r)));
+        let mut pairs = slots.iter_mut().zip(ranges.iter().cloned());
+        if let Some((s0, r0)) = pairs.next() {
+            let tasks = pairs
+                .map(|(s, r)| Box::new(move || *s = Some(f(r))) as Box<dyn FnOnce() + Send + '_>)
+                .collect();
+            run_tasks(|| *s0 = Some(f(r0)), tasks);
         }
-        for (r, h) in handles {
-            match h.join() {
-                Ok(v) => out.push((r, v)),
-                // A kernel task only panics on a bug; re-raise it on the caller's thread.
-                Err(p) => std::panic::resume_unwind(p),
-            }
+    }
+    ranges
+        .into_iter()
+        .zip(slots)
+        // Every slot was filled: `run_tasks` returns only after every task ran (a panicking
+        // task re-raises on this thread instead).
+        .filter_map(|(r, v)| v.map(|v| (r, v)))
+        .collect()
+}
+
+/// A block of whole columns of a row-major `[rows, n]` buffer, handed to one task so tasks can
+/// fill disjoint column ranges of one output in place.
+pub(crate) struct ColumnsMut<'a> {
+    ptr: *mut f32,
+    /// Row stride of the buffer.
+    n: usize,
+    rows: usize,
+    cols: Range<usize>,
+    /// The column index stored at offset 0 of each buffer row.
+    origin: usize,
+    _out: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: a `ColumnsMut` only ever touches elements `i * n + cols` of its buffer, and the
+// blocks made from one buffer (by `for_columns`) have disjoint `cols`, so sending one to
+// another thread cannot create aliasing access.
+unsafe impl Send for ColumnsMut<'_> {}
+
+impl<'a> ColumnsMut<'a> {
+    /// Every column of `out`, a row-major buffer `n` wide.
+    pub(crate) fn whole(out: &'a mut [f32], n: usize) -> Self {
+        let rows = if n == 0 { 0 } else { out.len() / n };
+        ColumnsMut {
+            ptr: out.as_mut_ptr(),
+            n,
+            rows,
+            cols: 0..n,
+            origin: 0,
+            _out: PhantomData,
         }
-        out
-    })
+    }
+
+    /// Columns `cols` of a wider matrix, stored in `out` as a row-major `[rows, cols.len()]`
+    /// buffer (a scratch window over part of an output that is never built whole).
+    pub(crate) fn window(out: &'a mut [f32], cols: Range<usize>) -> Self {
+        let n = cols.len();
+        let rows = if n == 0 { 0 } else { out.len() / n };
+        ColumnsMut {
+            ptr: out.as_mut_ptr(),
+            n,
+            rows,
+            origin: cols.start,
+            cols,
+            _out: PhantomData,
+        }
+    }
+
+    /// The columns this block covers.
+    pub(crate) fn cols(&self) -> Range<usize> {
+        self.cols.clone()
+    }
+
+    /// Row `i`'s share: its elements in [`ColumnsMut::cols`]. Panics if `i` is out of range.
+    pub(crate) fn row(&mut self, i: usize) -> &mut [f32] {
+        assert!(i < self.rows, "row {i} of a {}-row block", self.rows);
+        // SAFETY: `i < rows` and `origin <= cols.start`, `cols.end - origin <= n` (true of
+        // every constructor), so the range lies inside the buffer this block borrows; blocks of
+        // one buffer never share a column (see the `Send` impl), and `&mut self` keeps this
+        // block from handing out two live slices.
+        unsafe {
+            let at = i * self.n + (self.cols.start - self.origin);
+            std::slice::from_raw_parts_mut(self.ptr.add(at), self.cols.len())
+        }
+    }
+}
+
+/// Fill the row-major `[rows, n]` buffer `out` in parallel, split by columns: `f` gets one
+/// block of whole columns. `min_cols` is the smallest share worth a task; block boundaries
+/// fall on multiples of `align`.
+pub(crate) fn for_columns<F>(out: &mut [f32], n: usize, min_cols: usize, align: usize, f: F)
+where
+    F: Fn(ColumnsMut<'_>) + Sync,
+{
+    if n == 0 || out.is_empty() {
+        return;
+    }
+    let ranges = split(n, task_count(n, min_cols), align);
+    let whole = ColumnsMut::whole(out, n);
+    let blocks: Vec<ColumnsMut<'_>> = ranges
+        .into_iter()
+        .map(|cols| ColumnsMut {
+            ptr: whole.ptr,
+            n,
+            rows: whole.rows,
+            cols,
+            origin: 0,
+            _out: PhantomData,
+        })
+        .collect();
+    let f = &f;
+    let mut iter = blocks.into_iter();
+    let Some(b0) = iter.next() else { return };
+    let tasks = iter
+        .map(|b| Box::new(move || f(b)) as Box<dyn FnOnce() + Send + '_>)
+        .collect();
+    run_tasks(|| f(b0), tasks);
 }
 
 #[cfg(test)]

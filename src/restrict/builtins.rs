@@ -279,6 +279,18 @@ impl Builtin {
         }
     }
 
+    /// `argmax(linear(x, w))` in one pass (the compiler fuses the pair when nothing else reads
+    /// the logits); the same ids, and `linear`'s errors.
+    pub(super) fn linear_argmax(args: &[&Value]) -> Result<Value, RunErrorKind> {
+        let a = Vals { op: "linear", args };
+        kernels::linear_argmax(a.tensor(0)?, a.weight(1)?)
+            .map(Value::ids)
+            .map_err(|source| RunErrorKind::Kernel {
+                op: "linear".to_owned(),
+                source: Box::new(source),
+            })
+    }
+
     /// Run the built-in. The compiler has checked the kinds; a kind mismatch here is still an
     /// error, never a panic.
     pub fn exec(self, args: &[&Value]) -> Result<Value, RunErrorKind> {

@@ -97,6 +97,8 @@ pub(super) enum Operand {
 
 pub(super) enum Op {
     Builtin(Builtin, Vec<Operand>),
+    /// `argmax(linear(x, w))` as one kernel (see [`fuse_argmax_of_linear`]).
+    LinearArgmax(Vec<Operand>),
     Call(usize, Vec<Operand>),
     Scan {
         body: usize,
@@ -121,7 +123,9 @@ impl Operand {
 impl Op {
     fn operands(&self) -> Vec<&Operand> {
         match self {
-            Op::Builtin(_, args) | Op::Call(_, args) => args.iter().collect(),
+            Op::Builtin(_, args) | Op::Call(_, args) | Op::LinearArgmax(args) => {
+                args.iter().collect()
+            }
             Op::Scan {
                 carry,
                 stacked,
@@ -319,6 +323,7 @@ impl<'p> Compiler<'p> {
         }
         let (ret, ret_type) = self.expr(&mut st, &f.ret.value)?;
         let mut code = st.code;
+        fuse_argmax_of_linear(&mut code, &ret);
         mark_last_uses(&mut code, &ret, st.slot_types.len());
         Ok((
             FuncPlan {
@@ -538,6 +543,44 @@ fn type_error(op: &str, te: TypeError) -> CompileErrorKind {
             op: op.to_owned(),
             detail,
         },
+    }
+}
+
+/// Replace `argmax(linear(x, w))`, where nothing else reads the linear's result, by one
+/// [`Op::LinearArgmax`]: the same ids (`kernels::linear_argmax` is exact), without ever holding
+/// the `[batch, vocab]` logits. The linear moves down to the argmax's place; its operands are
+/// still live there (last uses are marked after this pass), and both are pure.
+fn fuse_argmax_of_linear(code: &mut Vec<Instr>, ret: &Operand) {
+    let mut reads: HashMap<usize, usize> = HashMap::new();
+    for s in code
+        .iter()
+        .flat_map(|i| i.op.operands())
+        .chain([ret])
+        .filter_map(Operand::slot)
+    {
+        *reads.entry(s).or_default() += 1;
+    }
+    let mut i = 0;
+    while i < code.len() {
+        let linear_at = match &code[i].op {
+            Op::Builtin(Builtin::Argmax, args) => match args.as_slice() {
+                [Operand::Slot(s)] if reads.get(s) == Some(&1) => code[..i].iter().position(|c| {
+                    c.dst == *s && matches!(&c.op, Op::Builtin(Builtin::Linear, a) if a.len() == 2)
+                }),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(j) = linear_at {
+            let linear = code.remove(j);
+            if let Op::Builtin(_, args) = linear.op {
+                let fused = &mut code[i - 1];
+                fused.op = Op::LinearArgmax(args);
+                fused.pos = linear.pos;
+            }
+            continue;
+        }
+        i += 1;
     }
 }
 

@@ -7,6 +7,7 @@
 //! private regions are not printed.
 
 use super::ast::BinOp;
+use super::builtins::Builtin;
 use super::compile::{Instr, Op, Operand, Plan};
 use super::diagnostic::{Located, Pos};
 use super::error::{RunError, RunErrorKind};
@@ -97,6 +98,10 @@ impl Plan {
             Op::Builtin(b, args) => {
                 let vals = args.iter().map(get).collect::<Result<Vec<&Value>, _>>()?;
                 b.exec(&vals).map_err(at)
+            }
+            Op::LinearArgmax(args) => {
+                let vals = args.iter().map(get).collect::<Result<Vec<&Value>, _>>()?;
+                Builtin::linear_argmax(&vals).map_err(at)
             }
             Op::Call(g, args) => {
                 let vals = args

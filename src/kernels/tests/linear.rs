@@ -1,8 +1,8 @@
 use proptest::prelude::*;
 
 use super::super::{
-    linear, linear_on, linear_portable, linear_t, reference, simd, with_threads, DType, Isa,
-    KernelError, Tensor, Weight,
+    argmax, linear, linear_argmax, linear_on, linear_portable, linear_t, reference, simd,
+    with_threads, DType, Isa, KernelError, Tensor, Weight,
 };
 use super::{assert_close, bits, tensor, weight, Rng, DTYPES};
 
@@ -31,6 +31,72 @@ proptest! {
         let abs = reference::linear_abs(&x, &w);
         assert_close(y.data(), &want, |i| dot_tol(k, abs[i]), "linear");
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn linear_argmax_equals_argmax_of_linear(
+        m in 1usize..6,
+        k in 1usize..80,
+        n in 1usize..1300,
+        dt in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let x = tensor(&[m, k], &mut rng, 2.0);
+        let w = weight(DTYPES[dt], &[n, k], &mut rng, 1.0);
+        let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
+        for t in [1, 2, 3] {
+            let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
+            prop_assert_eq!(&got, &want, "{} threads", t);
+        }
+    }
+}
+
+#[test]
+fn linear_argmax_keeps_argmax_tie_nan_and_infinity_rules_across_chunks() {
+    // One input column, so each output is x times one weight; 1400 outputs cross several
+    // chunks and every thread split. Per case: (weight column, the ids argmax must give for
+    // x = 1 and x = -1).
+    let n = 1400;
+    let column = |f: &dyn Fn(usize) -> f32| -> Vec<f32> { (0..n).map(f).collect() };
+    let tie = column(&|j| if j == 600 || j == 1100 { 5.0 } else { 0.0 });
+    let nan = column(&|j| match j {
+        5 => 1e30,
+        900 | 1000 => f32::NAN,
+        _ => 0.0,
+    });
+    let inf = column(&|_| f32::INFINITY);
+    let x = Tensor::new(vec![2, 1], vec![1.0, -1.0]).expect("shape");
+    for (name, values, want) in [
+        ("tie", tie, [600, 0]),
+        ("nan", nan, [900, 900]),
+        ("inf", inf, [0, 0]),
+    ] {
+        let w = Weight::from_f32(vec![n, 1], &values).expect("shape");
+        assert_eq!(
+            argmax(&linear(&x, &w).expect("valid")).expect("non-empty"),
+            want,
+            "{name}: argmax of linear"
+        );
+        for t in [1, 2, 3] {
+            let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
+            assert_eq!(got, want, "{name}: {t} threads");
+        }
+    }
+}
+
+#[test]
+fn rejects_linear_argmax_with_no_columns() {
+    let x = Tensor::new(vec![1, 2], vec![1.0, 2.0]).expect("shape");
+    let w = Weight::from_f32(vec![0, 2], &[]).expect("shape");
+    let err = linear_argmax(&x, &w).expect_err("nothing to pick from");
+    assert!(
+        matches!(err, KernelError::EmptyAxis { op: "argmax", .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -66,7 +132,8 @@ fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
     for (m, k) in [(5, 640), (1, 650)] {
         let x = tensor(&[m, k], &mut rng, 1.0);
         for dtype in DTYPES {
-            let w = weight(dtype, &[600, k], &mut rng, 0.5);
+            // 603 rows: thread shares plus a remainder of fewer than the row block.
+            let w = weight(dtype, &[603, k], &mut rng, 0.5);
             let one = with_threads(1, || linear(&x, &w)).expect("valid");
             for t in [2, 3] {
                 let many = with_threads(t, || linear(&x, &w)).expect("valid");
