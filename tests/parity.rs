@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use runner::job::generate::{Finish, Generator, Settings};
+use runner::kernels::{self, with_instruction_set, Isa};
 use runner::model::weights::Checkpoint;
 use runner::restrict::{check, Value};
 use runner::trust::policy::Policy;
@@ -52,6 +53,16 @@ fn prompts(e: &Json) -> Vec<Vec<u32>> {
     e["prompts"].as_array().unwrap().iter().map(ids).collect()
 }
 
+/// Every kernel path this CPU can run: the portable one, and the detected one if different.
+/// (`RUNNER_ISA=portable` forces the first for a whole process; this covers both in one run.)
+fn kernel_paths() -> Vec<Isa> {
+    let mut v = vec![Isa::Portable];
+    if kernels::isa() != Isa::Portable {
+        v.push(kernels::isa());
+    }
+    v
+}
+
 fn no_stop(max_new_tokens: usize) -> Settings {
     Settings {
         max_new_tokens,
@@ -61,33 +72,41 @@ fn no_stop(max_new_tokens: usize) -> Settings {
 
 #[test]
 fn greedy_tokens_equal_hf_for_each_prompt_alone() {
-    for dir in fixtures() {
-        let e = expected(&dir);
-        let g = generator(&dir, "main");
-        for (i, prompt) in prompts(&e).iter().enumerate() {
-            let want = ids(&e["single"][i]["tokens"]);
-            assert!(want.len() >= 32);
-            let got = g
-                .generate(std::slice::from_ref(prompt), &no_stop(want.len()), |_| {})
-                .unwrap();
-            assert_eq!(got[0].tokens, want, "{} prompt {i}", dir.display());
-        }
+    for isa in kernel_paths() {
+        with_instruction_set(isa, || {
+            for dir in fixtures() {
+                let e = expected(&dir);
+                let g = generator(&dir, "main");
+                for (i, prompt) in prompts(&e).iter().enumerate() {
+                    let want = ids(&e["single"][i]["tokens"]);
+                    assert!(want.len() >= 32);
+                    let got = g
+                        .generate(std::slice::from_ref(prompt), &no_stop(want.len()), |_| {})
+                        .unwrap();
+                    assert_eq!(got[0].tokens, want, "{} prompt {i}", dir.display());
+                }
+            }
+        });
     }
 }
 
 #[test]
 fn greedy_tokens_equal_hf_for_a_left_padded_batch() {
-    for dir in fixtures() {
-        let e = expected(&dir);
-        let g = generator(&dir, "main");
-        let p = prompts(&e);
-        let n = ids(&e["batched"]["results"][0]["tokens"]).len();
-        let got = g.generate(&p, &no_stop(n), |_| {}).unwrap();
-        for (i, seq) in got.iter().enumerate() {
-            let want = ids(&e["batched"]["results"][i]["tokens"]);
-            assert_eq!(seq.tokens, want, "{} sequence {i}", dir.display());
-            assert_eq!(seq.finish, Finish::Length);
-        }
+    for isa in kernel_paths() {
+        with_instruction_set(isa, || {
+            for dir in fixtures() {
+                let e = expected(&dir);
+                let g = generator(&dir, "main");
+                let p = prompts(&e);
+                let n = ids(&e["batched"]["results"][0]["tokens"]).len();
+                let got = g.generate(&p, &no_stop(n), |_| {}).unwrap();
+                for (i, seq) in got.iter().enumerate() {
+                    let want = ids(&e["batched"]["results"][i]["tokens"]);
+                    assert_eq!(seq.tokens, want, "{} sequence {i}", dir.display());
+                    assert_eq!(seq.finish, Finish::Length);
+                }
+            }
+        });
     }
 }
 
@@ -134,94 +153,105 @@ fn stop_tokens_end_one_sequence_while_the_batch_continues() {
 /// alone; prints the largest difference per fixture.
 #[test]
 fn logits_match_hf_within_tolerance() {
-    for dir in fixtures() {
-        let e = expected(&dir);
-        let g = generator(&dir, "logits");
-        let bytes = std::fs::read(dir.join("expected_logits.safetensors")).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let mut worst = 0f32;
-        for (i, prompt) in prompts(&e).iter().enumerate() {
-            let view = st.tensor(&format!("single.{i}")).unwrap();
-            let want: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            let (steps, vocab) = (view.shape()[0], view.shape()[1]);
-            let forced = ids(&e["single"][i]["tokens"]);
-            let model = g.fresh_model(1, prompt.len() + steps).unwrap();
-            let mut feed = prompt.clone();
-            let mut pos: Vec<u32> = (0..prompt.len() as u32).collect();
-            for s in 0..steps {
-                let out = g.step(&model, feed, pos.clone(), vec![0]).unwrap();
-                let Value::Tensor(t) = out else {
-                    panic!("logits entry returned {}", out.kind())
-                };
-                assert_eq!(t.shape(), &[1, vocab]);
-                for (a, b) in t.data().iter().zip(&want[s * vocab..(s + 1) * vocab]) {
-                    worst = worst.max((a - b).abs());
+    for isa in kernel_paths() {
+        with_instruction_set(isa, || {
+            for dir in fixtures() {
+                let e = expected(&dir);
+                let g = generator(&dir, "logits");
+                let bytes = std::fs::read(dir.join("expected_logits.safetensors")).unwrap();
+                let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+                let mut worst = 0f32;
+                for (i, prompt) in prompts(&e).iter().enumerate() {
+                    let view = st.tensor(&format!("single.{i}")).unwrap();
+                    let want: Vec<f32> = view
+                        .data()
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
+                    let (steps, vocab) = (view.shape()[0], view.shape()[1]);
+                    let forced = ids(&e["single"][i]["tokens"]);
+                    let model = g.fresh_model(1, prompt.len() + steps).unwrap();
+                    let mut feed = prompt.clone();
+                    let mut pos: Vec<u32> = (0..prompt.len() as u32).collect();
+                    for s in 0..steps {
+                        let out = g.step(&model, feed, pos.clone(), vec![0]).unwrap();
+                        let Value::Tensor(t) = out else {
+                            panic!("logits entry returned {}", out.kind())
+                        };
+                        assert_eq!(t.shape(), &[1, vocab]);
+                        for (a, b) in t.data().iter().zip(&want[s * vocab..(s + 1) * vocab]) {
+                            worst = worst.max((a - b).abs());
+                        }
+                        feed = vec![forced[s]];
+                        pos = vec![prompt.len() as u32 + s as u32];
+                    }
                 }
-                feed = vec![forced[s]];
-                pos = vec![prompt.len() as u32 + s as u32];
+                println!(
+                    "{} ({isa:?}): max |logit - hf| = {worst:.3e}",
+                    dir.display()
+                );
+                assert!(worst < LOGIT_TOLERANCE, "{}: {worst}", dir.display());
             }
-        }
-        println!("{}: max |logit - hf| = {worst:.3e}", dir.display());
-        assert!(worst < LOGIT_TOLERANCE, "{}: {worst}", dir.display());
+        });
     }
 }
 
 /// The same teacher-forced steps with all prompts as one left-padded batch.
 #[test]
 fn batched_logits_match_hf_within_tolerance() {
-    for dir in fixtures() {
-        let e = expected(&dir);
-        let g = generator(&dir, "logits");
-        let bytes = std::fs::read(dir.join("expected_logits.safetensors")).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let p = prompts(&e);
-        let width = p.iter().map(Vec::len).max().unwrap();
-        let batch = p.len();
-        let want: Vec<Vec<f32>> = (0..batch)
-            .map(|i| {
-                let view = st.tensor(&format!("batched.{i}")).unwrap();
-                view.data()
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
-            })
-            .collect();
-        let steps = st.tensor("batched.0").unwrap().shape()[0];
-        let vocab = e["model"]["vocab_size"].as_u64().unwrap() as usize;
-        let model = g.fresh_model(batch, width + steps).unwrap();
-        let pads: Vec<u32> = p.iter().map(|q| (width - q.len()) as u32).collect();
-        let mut feed: Vec<u32> = Vec::new();
-        let mut pos: Vec<u32> = Vec::new();
-        for q in &p {
-            let pad = width - q.len();
-            feed.extend(std::iter::repeat_n(0, pad).chain(q.iter().copied()));
-            pos.extend(std::iter::repeat_n(0, pad).chain(0..q.len() as u32));
-        }
-        let mut worst = 0f32;
-        for s in 0..steps {
-            let out = g.step(&model, feed, pos, pads.clone()).unwrap();
-            let Value::Tensor(t) = out else {
-                panic!("{}", out.kind())
-            };
-            for (b, row) in t.data().chunks_exact(vocab).enumerate() {
-                for (a, w) in row.iter().zip(&want[b][s * vocab..(s + 1) * vocab]) {
-                    worst = worst.max((a - w).abs());
+    for isa in kernel_paths() {
+        with_instruction_set(isa, || {
+            for dir in fixtures() {
+                let e = expected(&dir);
+                let g = generator(&dir, "logits");
+                let bytes = std::fs::read(dir.join("expected_logits.safetensors")).unwrap();
+                let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+                let p = prompts(&e);
+                let width = p.iter().map(Vec::len).max().unwrap();
+                let batch = p.len();
+                let want: Vec<Vec<f32>> = (0..batch)
+                    .map(|i| {
+                        let view = st.tensor(&format!("batched.{i}")).unwrap();
+                        view.data()
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect()
+                    })
+                    .collect();
+                let steps = st.tensor("batched.0").unwrap().shape()[0];
+                let vocab = e["model"]["vocab_size"].as_u64().unwrap() as usize;
+                let model = g.fresh_model(batch, width + steps).unwrap();
+                let pads: Vec<u32> = p.iter().map(|q| (width - q.len()) as u32).collect();
+                let mut feed: Vec<u32> = Vec::new();
+                let mut pos: Vec<u32> = Vec::new();
+                for q in &p {
+                    let pad = width - q.len();
+                    feed.extend(std::iter::repeat_n(0, pad).chain(q.iter().copied()));
+                    pos.extend(std::iter::repeat_n(0, pad).chain(0..q.len() as u32));
                 }
+                let mut worst = 0f32;
+                for s in 0..steps {
+                    let out = g.step(&model, feed, pos, pads.clone()).unwrap();
+                    let Value::Tensor(t) = out else {
+                        panic!("{}", out.kind())
+                    };
+                    for (b, row) in t.data().chunks_exact(vocab).enumerate() {
+                        for (a, w) in row.iter().zip(&want[b][s * vocab..(s + 1) * vocab]) {
+                            worst = worst.max((a - w).abs());
+                        }
+                    }
+                    feed = (0..batch)
+                        .map(|b| ids(&e["batched"]["results"][b]["tokens"])[s])
+                        .collect();
+                    pos = p.iter().map(|q| (q.len() + s) as u32).collect();
+                }
+                println!(
+                    "{} (batched, {isa:?}): max |logit - hf| = {worst:.3e}",
+                    dir.display()
+                );
+                assert!(worst < LOGIT_TOLERANCE, "{}: {worst}", dir.display());
             }
-            feed = (0..batch)
-                .map(|b| ids(&e["batched"]["results"][b]["tokens"])[s])
-                .collect();
-            pos = p.iter().map(|q| (q.len() + s) as u32).collect();
-        }
-        println!(
-            "{} (batched): max |logit - hf| = {worst:.3e}",
-            dir.display()
-        );
-        assert!(worst < LOGIT_TOLERANCE, "{}: {worst}", dir.display());
+        });
     }
 }
 

@@ -23,7 +23,7 @@ mod gemv;
 /// Weight rows per decoded tile.
 const NB: usize = 8;
 /// Inner elements per decoded tile (a multiple of `LANES`, so lane order is preserved).
-const KB: usize = 1024;
+const KB: usize = 2048;
 /// x rows per block sharing one decoded tile.
 const MB: usize = 64;
 /// Micro-kernel rows of x.
@@ -394,6 +394,13 @@ fn columns<S: Rows, const AVX2: bool>(
             }
             for i in 0..mb {
                 let row = &mut out.row(m0 + i)[n0 - cols.start..][..nb];
+                #[cfg(target_arch = "x86_64")]
+                if AVX2 && nb == NB {
+                    // SAFETY: `AVX2` is true only in the instantiation `columns_on` runs after
+                    // detecting AVX2 and FMA.
+                    unsafe { reduce8_avx2(&acc[i * NB * LANES..][..NB * LANES], row) };
+                    continue;
+                }
                 for (j, o) in row.iter_mut().enumerate() {
                     let lanes = &acc[(i * nb + j) * LANES..][..LANES];
                     let mut a = [0.0f32; LANES];
@@ -404,6 +411,59 @@ fn columns<S: Rows, const AVX2: bool>(
             m0 += mb;
         }
         n0 += nb;
+    }
+}
+
+/// [`simd::reduce_lanes`] of 8 outputs' 16-lane accumulators at once (`acc` = 8 × 16 lanes,
+/// output-major), into `out[..8]`. The same additions of the same lane pairs as the scalar
+/// tree (lane i + lane i+8, then +4, +2, +1), done for 8 outputs per instruction by
+/// transposing as it goes; a sum does not depend on which register lane it happens in.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn reduce8_avx2(acc: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm256_add_ps, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_permutevar8x32_ps,
+        _mm256_setr_epi32, _mm256_shuffle_ps, _mm256_storeu_ps,
+    };
+    let (acc, out) = (&acc[..8 * LANES], &mut out[..8]);
+    // SAFETY: `acc` holds 128 f32s (8 outputs × 16 lanes; the loads read lanes 0..16 of each)
+    // and `out` 8 (one store); every load and store is unaligned.
+    unsafe {
+        let p = acc.as_ptr();
+        // Lane i + lane i+8: output o in register v[o], lanes 0..8.
+        let v: [_; 8] = std::array::from_fn(|o| {
+            _mm256_add_ps(
+                _mm256_loadu_ps(p.add(o * LANES)),
+                _mm256_loadu_ps(p.add(o * LANES + 8)),
+            )
+        });
+        // + lane i+4: outputs (a, b) -> [a0..a3 | b0..b3].
+        let four = |a, b| {
+            _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(a, b),
+                _mm256_permute2f128_ps::<0x31>(a, b),
+            )
+        };
+        let s01 = four(v[0], v[1]);
+        let s23 = four(v[2], v[3]);
+        let s45 = four(v[4], v[5]);
+        let s67 = four(v[6], v[7]);
+        // + lane i+2: [a0 a1 c0 c1 | b0 b1 d0 d1] from (a|b, c|d).
+        let two = |e, f| {
+            _mm256_add_ps(
+                _mm256_shuffle_ps::<0x44>(e, f),
+                _mm256_shuffle_ps::<0xEE>(e, f),
+            )
+        };
+        let t0 = two(s01, s23);
+        let t1 = two(s45, s67);
+        // + lane i+1: [o0 o2 o4 o6 | o1 o3 o5 o7].
+        let r = _mm256_add_ps(
+            _mm256_shuffle_ps::<0x88>(t0, t1),
+            _mm256_shuffle_ps::<0xDD>(t0, t1),
+        );
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_permutevar8x32_ps(r, order));
     }
 }
 
@@ -526,39 +586,52 @@ fn micro_avx2<const R: usize, const C: usize>(
 ) {
     use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps};
     let (i, j, nb) = at;
-    let load8 = |s: &[f32]| -> [__m256; 2] {
-        let s = &s[..LANES];
-        // SAFETY: `s` was just bounds-checked to hold 16 f32s; both unaligned loads read 8
-        // of them.
-        unsafe {
-            [
-                _mm256_loadu_ps(s.as_ptr()),
-                _mm256_loadu_ps(s.as_ptr().add(8)),
-            ]
-        }
-    };
-    let mut a: [[[__m256; 2]; C]; R] = std::array::from_fn(|r| {
-        std::array::from_fn(|c| load8(&acc[((i + r) * nb + j + c) * LANES..]))
-    });
-    let mut kk = 0;
-    while kk < full {
-        let wv: [[__m256; 2]; C] = std::array::from_fn(|c| load8(&ws[c][kk..]));
-        for r in 0..R {
-            let xv = load8(&xs[r][kk..]);
-            for c in 0..C {
-                a[r][c][0] = _mm256_fmadd_ps(xv[0], wv[c][0], a[r][c][0]);
-                a[r][c][1] = _mm256_fmadd_ps(xv[1], wv[c][1], a[r][c][1]);
-            }
-        }
-        kk += LANES;
+    // Every bound the loop relies on, checked once: the loop itself is pure loads and FMAs
+    // (per-load slice checks cost more issue slots than the FMAs they guard).
+    for s in xs.iter().chain(ws.iter()) {
+        assert!(
+            s.len() >= full,
+            "micro-kernel operand shorter than its inner block"
+        );
     }
-    for (r, ar) in a.iter().enumerate() {
-        for (c, arc) in ar.iter().enumerate() {
-            let s = &mut acc[((i + r) * nb + j + c) * LANES..][..LANES];
-            // SAFETY: `s` holds exactly 16 f32s; the two stores write 8 each.
-            unsafe {
-                _mm256_storeu_ps(s.as_mut_ptr(), arc[0]);
-                _mm256_storeu_ps(s.as_mut_ptr().add(8), arc[1]);
+    let slots: [[usize; C]; R] =
+        std::array::from_fn(|r| std::array::from_fn(|c| ((i + r) * nb + j + c) * LANES));
+    for row in &slots {
+        for &o in row {
+            assert!(
+                o + LANES <= acc.len(),
+                "micro-kernel accumulator out of range"
+            );
+        }
+    }
+    let xp: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    let wp: [*const f32; C] = std::array::from_fn(|c| ws[c].as_ptr());
+    let ap = acc.as_mut_ptr();
+    // SAFETY: the asserts above: every `xp[r]`/`wp[c]` is valid for `full` reads (the loop
+    // reads `kk..kk + 16` with `kk + 16 <= full`, `full` a multiple of 16), and every
+    // accumulator slot `o..o + 16` lies inside `acc`. All loads and stores are unaligned.
+    unsafe {
+        let load2 =
+            |p: *const f32| -> [__m256; 2] { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] };
+        let mut a: [[[__m256; 2]; C]; R] =
+            std::array::from_fn(|r| std::array::from_fn(|c| load2(ap.add(slots[r][c]))));
+        let mut kk = 0;
+        while kk < full {
+            let wv: [[__m256; 2]; C] = std::array::from_fn(|c| load2(wp[c].add(kk)));
+            for r in 0..R {
+                let xv = load2(xp[r].add(kk));
+                for c in 0..C {
+                    a[r][c][0] = _mm256_fmadd_ps(xv[0], wv[c][0], a[r][c][0]);
+                    a[r][c][1] = _mm256_fmadd_ps(xv[1], wv[c][1], a[r][c][1]);
+                }
+            }
+            kk += LANES;
+        }
+        for r in 0..R {
+            for c in 0..C {
+                let p = ap.add(slots[r][c]);
+                _mm256_storeu_ps(p, a[r][c][0]);
+                _mm256_storeu_ps(p.add(8), a[r][c][1]);
             }
         }
     }

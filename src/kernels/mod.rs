@@ -26,7 +26,7 @@ pub use linear::{linear, linear_argmax, linear_on, linear_portable, linear_t};
 pub use norm::rms_norm;
 pub use parallel::{set_threads, threads, with_threads, THREADS_ENV};
 pub use rope::{rope, rope_inv_freq};
-pub use simd::{isa, Isa};
+pub use simd::{isa, with_instruction_set, Isa, ISA_ENV};
 pub use softmax::{argmax, softmax};
 pub use tensor::{DType, Tensor, Weight};
 

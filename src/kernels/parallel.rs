@@ -215,7 +215,7 @@ unsafe impl Send for ColumnsMut<'_> {}
 impl<'a> ColumnsMut<'a> {
     /// Every column of `out`, a row-major buffer `n` wide.
     pub(crate) fn whole(out: &'a mut [f32], n: usize) -> Self {
-        let rows = if n == 0 { 0 } else { out.len() / n };
+        let rows = out.len().checked_div(n).unwrap_or(0);
         ColumnsMut {
             ptr: out.as_mut_ptr(),
             n,
@@ -230,7 +230,7 @@ impl<'a> ColumnsMut<'a> {
     /// buffer (a scratch window over part of an output that is never built whole).
     pub(crate) fn window(out: &'a mut [f32], cols: Range<usize>) -> Self {
         let n = cols.len();
-        let rows = if n == 0 { 0 } else { out.len() / n };
+        let rows = out.len().checked_div(n).unwrap_or(0);
         ColumnsMut {
             ptr: out.as_mut_ptr(),
             n,

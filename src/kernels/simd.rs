@@ -8,6 +8,7 @@
 //! `0..tail` only. The portable path gets the same fused results from `f32::mul_add` (a libm
 //! call where the target has no FMA instruction), so results never depend on which path ran.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Lanes in every accumulator; 16 f32 = one AVX-512 register, two AVX2 registers.
@@ -25,13 +26,28 @@ pub enum Isa {
 
 static DETECTED: AtomicU8 = AtomicU8::new(0);
 
-/// The best instruction set this CPU supports, detected once.
+/// The environment variable that forces the portable path process-wide: `RUNNER_ISA=portable`
+/// (any other value, or none, means the best this CPU has). For checking results on every path.
+pub const ISA_ENV: &str = "RUNNER_ISA";
+
+thread_local! {
+    /// A per-thread limit set by [`with_instruction_set`].
+    static LIMIT: Cell<Option<Isa>> = const { Cell::new(None) };
+}
+
+/// The instruction set kernels called from this thread run with: the best this CPU supports
+/// (detected once), unless `RUNNER_ISA=portable` or [`with_instruction_set`] asks for the
+/// portable path. Never a set the CPU lacks.
 pub fn isa() -> Isa {
+    if LIMIT.with(Cell::get) == Some(Isa::Portable) {
+        return Isa::Portable;
+    }
     match DETECTED.load(Ordering::Relaxed) {
         1 => Isa::Portable,
         2 => Isa::Avx2Fma,
         _ => {
-            let found = detect();
+            let forced = std::env::var(ISA_ENV).is_ok_and(|v| v.trim() == "portable");
+            let found = if forced { Isa::Portable } else { detect() };
             DETECTED.store(
                 match found {
                     Isa::Portable => 1,
@@ -42,6 +58,19 @@ pub fn isa() -> Isa {
             found
         }
     }
+}
+
+/// Run `f` with kernels called from this thread limited to `isa`: [`Isa::Portable`] forces the
+/// portable path; any other value means the best detected. The previous limit is restored after.
+pub fn with_instruction_set<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Isa>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LIMIT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(LIMIT.with(|c| c.replace(Some(isa))));
+    f()
 }
 
 #[cfg(target_arch = "x86_64")]
