@@ -64,6 +64,12 @@ fn json_report_has_every_field_for_each_batch_size() {
     assert!(report["machine"]["cpu"].is_string());
     assert!(number(&report["probes"], "read_bandwidth_bytes_per_s") > 0.0);
     assert!(number(&report["probes"], "linear_flops_per_s") > 0.0);
+    // No matrix kernel can beat the machine's multiply-add peak.
+    let fma = number(&report["probes"], "fma_flops_per_s");
+    assert!(
+        fma >= number(&report["probes"], "linear_flops_per_s") * 0.5,
+        "{fma}"
+    );
     assert_eq!(report["prompt_len"], 4);
     assert_eq!(report["new_tokens"], 3);
     assert_eq!(report["repeat"], 1);

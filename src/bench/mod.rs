@@ -278,6 +278,8 @@ pub struct Probes {
     pub bandwidth_probe_mib: usize,
     /// Best throughput of `linear` on [`probe::LINEAR_PROBE_SHAPE`], flop/s.
     pub linear_flops_per_s: f64,
+    /// The machine's peak f32 FMA throughput with the kernel threads ([`probe::fma_peak`]).
+    pub fma_flops_per_s: f64,
 }
 
 /// One row of the report.
@@ -320,10 +322,14 @@ pub struct BatchReport {
     pub decode_gflops: f64,
     /// `decode_gflops` / the probed linear peak.
     pub decode_peak_fraction: f64,
+    /// `decode_gflops` / the machine's FMA peak.
+    pub decode_fma_fraction: f64,
     /// Linear-layer GFLOP/s achieved in prefill.
     pub prefill_gflops: f64,
     /// `prefill_gflops` / the probed linear peak.
     pub prefill_peak_fraction: f64,
+    /// `prefill_gflops` / the machine's FMA peak.
+    pub prefill_fma_fraction: f64,
     /// Every run's times.
     pub runs: Vec<Timing>,
 }
@@ -376,6 +382,7 @@ impl BatchReport {
         let decode_gflops = ratio(per_step_flops, step_s) / 1e9;
         let prefill_gflops = ratio(prefill_flops, prefill_s) / 1e9;
         let peak_gflops = probes.linear_flops_per_s / 1e9;
+        let fma_gflops = probes.fma_flops_per_s / 1e9;
         BatchReport {
             batch: run.batch,
             prefill_s,
@@ -398,8 +405,10 @@ impl BatchReport {
             ),
             decode_gflops,
             decode_peak_fraction: ratio(decode_gflops, peak_gflops),
+            decode_fma_fraction: ratio(decode_gflops, fma_gflops),
             prefill_gflops,
             prefill_peak_fraction: ratio(prefill_gflops, peak_gflops),
+            prefill_fma_fraction: ratio(prefill_gflops, fma_gflops),
             runs: run.runs.clone(),
         }
     }
@@ -507,10 +516,12 @@ impl Report {
         ));
         out.push_str(&format!(
             "probes     read bandwidth {:.1} GB/s ({} MiB, best of passes); \
-             linear x[{lm},{lk}] w[{ln},{lk}] bf16 {:.1} GFLOP/s (best)\n",
+             linear x[{lm},{lk}] w[{ln},{lk}] bf16 {:.1} GFLOP/s (best); \
+             FMA peak {:.1} GFLOP/s\n",
             p.read_bandwidth_bytes_per_s / 1e9,
             p.bandwidth_probe_mib,
-            p.linear_flops_per_s / 1e9
+            p.linear_flops_per_s / 1e9,
+            p.fma_flops_per_s / 1e9
         ));
         let scope = match self.batches.first().map(|b| b.rss_scope) {
             Some(RssScope::ProcessWide) => {
@@ -531,9 +542,11 @@ impl Report {
             "memory",
             "BW roofline",
             "decode GFLOP/s",
-            "of peak",
+            "of linear",
+            "of FMA",
             "prefill GFLOP/s",
-            "of peak",
+            "of linear",
+            "of FMA",
         ];
         let rows: Vec<Vec<String>> = self
             .batches
@@ -550,8 +563,10 @@ impl Report {
                     fmt_num(r.decode_bandwidth_fraction, 2),
                     fmt_num(r.decode_gflops, 1),
                     fmt_num(r.decode_peak_fraction, 2),
+                    fmt_num(r.decode_fma_fraction, 2),
                     fmt_num(r.prefill_gflops, 1),
                     fmt_num(r.prefill_peak_fraction, 2),
+                    fmt_num(r.prefill_fma_fraction, 2),
                 ]
             })
             .collect();

@@ -91,6 +91,20 @@ pub fn linear_peak() -> Result<f64, KernelError> {
     Ok(flops / best)
 }
 
+/// The machine's peak f32 multiply-add throughput in flop/s (two per multiply-add) with
+/// `threads` threads, each running [`kernels::simd::fma_throughput`]: register-only FMA chains,
+/// 8 lanes wide where the CPU has AVX2+FMA. The ceiling no matrix kernel on this machine can
+/// pass, whatever the path.
+pub fn fma_peak(threads: usize) -> f64 {
+    let seconds = LINEAR_PROBE_SECONDS / 2.0;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| s.spawn(move || kernels::simd::fma_throughput(seconds)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+    })
+}
+
 /// Values in [-0.5, 0.5) from a fixed xorshift stream.
 fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2_654_435_761).max(1);

@@ -191,10 +191,13 @@ pub fn bench(args: BenchArgs) -> CliResult {
     let bandwidth = probe::read_bandwidth(args.probe_mib, threads);
     progress(args.verbose, || "probing linear peak".into());
     let linear = probe::linear_peak()?;
+    progress(args.verbose, || "probing FMA peak".into());
+    let fma = probe::fma_peak(threads);
     let probes = Probes {
         read_bandwidth_bytes_per_s: bandwidth,
         bandwidth_probe_mib: args.probe_mib,
         linear_flops_per_s: linear,
+        fma_flops_per_s: fma,
     };
     let facts = ModelFacts::of(&ck);
     let report = bench::Report {

@@ -359,12 +359,14 @@ fn columns<S: Rows, const AVX2: bool>(
     let cols = out.cols();
     let mut wbuf = vec![0.0f32; NB * KB];
     let mut acc = vec![0.0f32; m.min(MB) * NB * LANES];
-    let mut n0 = cols.start;
-    while n0 < cols.end {
-        let nb = NB.min(cols.end - n0);
-        let mut m0 = 0;
-        while m0 < m {
-            let mb = MB.min(m - m0);
+    // x blocks outermost: one block of x rows stays in cache while every weight tile of this
+    // task's columns passes by (re-decoding a tile per block costs 1/MB of its multiply-adds).
+    let mut m0 = 0;
+    while m0 < m {
+        let mb = MB.min(m - m0);
+        let mut n0 = cols.start;
+        while n0 < cols.end {
+            let nb = NB.min(cols.end - n0);
             acc[..mb * nb * LANES].fill(0.0);
             let mut k0 = 0;
             while k0 < k {
@@ -408,9 +410,9 @@ fn columns<S: Rows, const AVX2: bool>(
                     *o = simd::reduce_lanes(&a);
                 }
             }
-            m0 += mb;
+            n0 += nb;
         }
-        n0 += nb;
+        m0 += mb;
     }
 }
 

@@ -209,6 +209,54 @@ pub(crate) fn decode16_avx2(bytes: &[u8], half: bool, out: &mut [f32]) {
     }
 }
 
+/// Independent multiply-add chains in [`fma_throughput`]: enough to cover the FMA units'
+/// latency (4-5 cycles × 2 units on current x86 cores) without spilling registers.
+const FMA_CHAINS: usize = 12;
+
+/// One thread's f32 multiply-add throughput in flop/s (two per multiply-add), measured for about
+/// `seconds` with register-only chains: 8 lanes wide with AVX2+FMA, scalar otherwise. A probe
+/// of the machine's ceiling (`runner bench`), not a kernel.
+pub fn fma_throughput(seconds: f64) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: AVX2 and FMA were just detected.
+        return unsafe { fma_throughput_avx2(seconds) };
+    }
+    let mut acc = [0.5f32; FMA_CHAINS];
+    let start = std::time::Instant::now();
+    let mut rounds = 0usize;
+    while rounds == 0 || start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..1 << 17 {
+            for a in acc.iter_mut() {
+                *a = a.mul_add(0.999_999_9, 1e-7);
+            }
+        }
+        rounds += 1;
+    }
+    std::hint::black_box(acc);
+    (rounds << 17) as f64 * (FMA_CHAINS * 2) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_throughput_avx2(seconds: f64) -> f64 {
+    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_set1_ps};
+    let mut acc: [__m256; FMA_CHAINS] = [_mm256_set1_ps(0.5); FMA_CHAINS];
+    let (a, b) = (_mm256_set1_ps(0.999_999_9), _mm256_set1_ps(1e-7));
+    let start = std::time::Instant::now();
+    let mut rounds = 0usize;
+    while rounds == 0 || start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..1 << 20 {
+            for r in acc.iter_mut() {
+                *r = _mm256_fmadd_ps(*r, a, b);
+            }
+        }
+        rounds += 1;
+    }
+    std::hint::black_box(acc);
+    (rounds << 20) as f64 * (FMA_CHAINS * 8 * 2) as f64 / start.elapsed().as_secs_f64()
+}
+
 /// bfloat16 bits to f32 (exact).
 #[inline(always)]
 pub(crate) fn bf16_to_f32(bits: u16) -> f32 {
