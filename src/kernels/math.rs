@@ -18,8 +18,9 @@ pub(crate) fn exp(x: f32) -> f32 {
 const TANH_TINY: f64 = 1.0 / (1u64 << 20) as f64;
 /// `tanh(20) = 1` in f64, so larger arguments change nothing (and `exp` cannot overflow).
 const TANH_CLAMP: f64 = 40.0;
-const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
-const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+/// ln 2 split so `n · LN2_HI` is exact for the `n` used here (fdlibm's constants).
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
 const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// `1/k!` for k = 0..=13: Taylor series of `e^r` for |r| <= ln2/2 (truncation error < 1e-17).
 const EXP_TAYLOR: [f64; 14] = [
