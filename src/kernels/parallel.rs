@@ -95,14 +95,15 @@ pub(crate) fn split(n: usize, parts: usize, align: usize) -> Vec<Range<usize>> {
     out
 }
 
-/// The pool kernel tasks run on: as many workers as the machine has cores (or as
-/// `RUNNER_THREADS` asks, if more). A kernel asking for more tasks than workers just queues them.
+/// The pool kernel tasks run on: one worker fewer than the thread count (the calling thread
+/// does a share itself), so that a 2-core machine runs exactly 2 busy threads; an extra idle
+/// worker's spinning measurably slowed bandwidth-bound kernels. A kernel asking for more tasks
+/// than that just queues them.
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         rayon::ThreadPoolBuilder::new()
-            .num_threads(default_threads().max(cores))
+            .num_threads(threads().saturating_sub(1).max(1))
             .thread_name(|i| format!("runner-kernel-{i}"))
             .build()
             .ok()

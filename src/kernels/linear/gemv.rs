@@ -6,9 +6,10 @@
 //! same per-lane fused multiply-adds, in the same order, as every other `linear` path.
 
 use std::arch::x86_64::{
-    __m128i, __m256, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm_loadu_si128,
-    _mm_prefetch, _MM_HINT_T0,
+    __m128i, __m256, __m256i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
+    _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_slli_epi32, _mm256_storeu_ps, _mm256_unpackhi_epi16, _mm256_unpacklo_epi16,
+    _mm_loadu_si128, _mm_prefetch, _MM_HINT_T0,
 };
 
 use std::ops::Range;
@@ -53,28 +54,47 @@ pub(crate) fn gemv_avx2<const D: u8>(
     let x = &x[..k];
     let rows = &bytes[cols.start * k * size(D)..cols.end * k * size(D)];
     let row_bytes = k * size(D);
+    let xp = if D == BF16 { bf16_order(x) } else { Vec::new() };
+    let xp = if D == BF16 { &xp[..] } else { x };
     let mut chunks = out.chunks_exact_mut(ROWS);
     let mut at = 0;
     for o in &mut chunks {
         let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
-        let lanes = block::<D, ROWS>(x, w);
+        let lanes = block::<D, ROWS>(x, xp, w);
         for (o, l) in o.iter_mut().zip(&lanes) {
             *o = simd::reduce_lanes(l);
         }
         at += ROWS;
     }
     for o in chunks.into_remainder() {
-        let lanes = block::<D, 1>(x, [&rows[at * row_bytes..][..row_bytes]]);
+        let lanes = block::<D, 1>(x, xp, [&rows[at * row_bytes..][..row_bytes]]);
         *o = simd::reduce_lanes(&lanes[0]);
         at += 1;
     }
 }
 
-/// The 16 lane sums of `x · w[r]` for `R` rows (each `x.len()` elements of dtype `D`).
+/// Where each register position's element comes from, within a 16-element chunk, when bf16
+/// is widened by interleaving with zeros (`unpacklo`/`unpackhi` work per 128-bit half): the
+/// low register gets elements 0-3 and 8-11, the high one 4-7 and 12-15.
+const BF16_ORDER: [usize; LANES] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15];
+
+/// `x`'s whole 16-element chunks in [`BF16_ORDER`] (the tail is not needed: it is added in
+/// plain order after the loop).
+fn bf16_order(x: &[f32]) -> Vec<f32> {
+    x.chunks_exact(LANES)
+        .flat_map(|c| BF16_ORDER.iter().map(move |&i| c[i]))
+        .collect()
+}
+
+/// The 16 lane sums of `x · w[r]` for `R` rows (each `x.len()` elements of dtype `D`). `xp` is
+/// `x` itself, or for bf16 its whole chunks in [`BF16_ORDER`]: a bf16 row is then widened with
+/// two shuffles per 16 elements instead of two shuffles and two shifts, each register position
+/// still taking one lane's elements in order; the lanes are put back in order at the end.
 #[inline(always)]
-fn block<const D: u8, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R] {
+fn block<const D: u8, const R: usize>(x: &[f32], xp: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R] {
     let k = x.len();
     let full = k - k % LANES;
+    assert!(xp.len() >= full, "gemv reordered x length");
     for row in &w {
         assert_eq!(row.len(), k * size(D), "gemv weight row length");
     }
@@ -86,7 +106,7 @@ fn block<const D: u8, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]
     let mut kk = 0;
     while kk < full {
         let xv = unsafe {
-            let p = x.as_ptr().add(kk);
+            let p = xp.as_ptr().add(kk);
             [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
         };
         for r in 0..R {
@@ -95,7 +115,19 @@ fn block<const D: u8, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]
                 let pf = w[r].as_ptr().wrapping_add(kk * size(D) + PREFETCH_BYTES);
                 _mm_prefetch::<_MM_HINT_T0>(pf.cast::<i8>());
             }
-            let wv = unsafe { load16::<D>(w[r].as_ptr().add(kk * size(D))) };
+            let wv = unsafe {
+                let p = w[r].as_ptr().add(kk * size(D));
+                if D == BF16 {
+                    let raw = _mm256_loadu_si256(p.cast::<__m256i>());
+                    let zero = _mm256_setzero_si256();
+                    [
+                        _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw)),
+                        _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw)),
+                    ]
+                } else {
+                    load16::<D>(p)
+                }
+            };
             acc[r][0] = unsafe { _mm256_fmadd_ps(xv[0], wv[0], acc[r][0]) };
             acc[r][1] = unsafe { _mm256_fmadd_ps(xv[1], wv[1], acc[r][1]) };
         }
@@ -103,9 +135,17 @@ fn block<const D: u8, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]
     }
     let mut lanes = [[0.0f32; LANES]; R];
     for r in 0..R {
+        let mut held = [0.0f32; LANES];
         unsafe {
-            _mm256_storeu_ps(lanes[r].as_mut_ptr(), acc[r][0]);
-            _mm256_storeu_ps(lanes[r].as_mut_ptr().add(8), acc[r][1]);
+            _mm256_storeu_ps(held.as_mut_ptr(), acc[r][0]);
+            _mm256_storeu_ps(held.as_mut_ptr().add(8), acc[r][1]);
+        }
+        if D == BF16 {
+            for (p, &lane) in BF16_ORDER.iter().enumerate() {
+                lanes[r][lane] = held[p];
+            }
+        } else {
+            lanes[r] = held;
         }
         for (l, i) in (full..k).enumerate() {
             let wv = decode_one::<D>(&w[r][i * size(D)..]);
