@@ -841,10 +841,15 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
     // How long a run takes that has almost nothing to generate: admission, startup, publish.
     env.write_inputs(&many_prompts(1));
     env.write_job(1, 1, r#"["tokens"]"#);
-    let t = Instant::now();
-    env.ok(EXEC);
-    let overhead = t.elapsed();
-    fs::remove_dir_all(env.path("out")).unwrap();
+    // The faster of two runs: the first may pay for cold caches, which would make the kill
+    // come so late that even a large job had finished.
+    let mut overhead = Duration::MAX;
+    for _ in 0..2 {
+        let t = Instant::now();
+        env.ok(EXEC);
+        overhead = overhead.min(t.elapsed());
+        fs::remove_dir_all(env.path("out")).unwrap();
+    }
     // Kill well after admission, while generating. The job grows until it outlives that.
     let kill_after = overhead * 2 + Duration::from_millis(300);
     env.write_job(8, 32, r#"["tokens"]"#);
@@ -866,7 +871,7 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
         }
         // Finished before the kill: that run is complete; make the job bigger and retry.
         assert!(
-            n < 16 * 4usize.pow(5),
+            n < 16 * 4usize.pow(6),
             "{n} inputs still finished within {kill_after:?}"
         );
         assert!(env.path("out/receipt.json").exists());
