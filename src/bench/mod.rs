@@ -125,7 +125,10 @@ pub fn time_run(
     let positions: Vec<u32> = (0..batch).flat_map(|_| 0..len as u32).collect();
     let pad = vec![0u32; batch];
     let t = Instant::now();
-    let mut ids = ids_of(gen.step(&model, tokens, positions, pad.clone())?, batch)?;
+    let mut ids = ids_of(
+        gen.prefill_step(&model, tokens, positions, pad.clone())?,
+        batch,
+    )?;
     let prefill_s = t.elapsed().as_secs_f64();
     let decode_steps = new_tokens.saturating_sub(1);
     let t = Instant::now();
