@@ -101,7 +101,7 @@ impl std::fmt::Debug for Generator {
 
 /// The most bytes one prefill activation (a `[rows, intermediate]` f32 tensor) may take; the
 /// prefill is cut into column chunks to stay under it (see [`Generator::prefill_step`]).
-pub const PREFILL_ACTIVATION_BYTES: usize = 24 << 20;
+pub const PREFILL_ACTIVATION_BYTES: usize = 8 << 20;
 
 /// The inputs of one engine step.
 fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u32>) -> Inputs {
