@@ -224,6 +224,16 @@ impl KvCache {
         };
         let size = slots * self.batch * per_tok;
         if self.k.len() < size {
+            // Reserve the most this cache can ever hold, once: amortised doubling would leave
+            // up to twice the columns allocated (and copy on each growth). Untouched reserved
+            // pages take no memory; only the columns written do.
+            let most = match self.kind {
+                CacheKind::Global { capacity } => capacity,
+                CacheKind::Sliding { window } => window,
+            } * self.batch
+                * per_tok;
+            self.k.reserve_exact(most.saturating_sub(self.k.len()));
+            self.v.reserve_exact(most.saturating_sub(self.v.len()));
             self.k.resize(size, 0.0);
             self.v.resize(size, 0.0);
         }
