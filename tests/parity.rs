@@ -303,15 +303,7 @@ fn chunked_prefill_equals_one_step() {
         let p = prompts(&e);
         let width = p.iter().map(Vec::len).max().unwrap();
         let batch = p.len();
-        let mut tokens = Vec::new();
-        let mut positions = Vec::new();
-        let mut pads = Vec::new();
-        for q in &p {
-            let pad = width - q.len();
-            tokens.extend(std::iter::repeat_n(0u32, pad).chain(q.iter().copied()));
-            positions.extend(std::iter::repeat_n(0u32, pad).chain(0..q.len() as u32));
-            pads.push(pad as u32);
-        }
+        let (tokens, positions, pads) = g.left_pad(&p).unwrap();
         let run = |cols: usize| -> Vec<Value> {
             let model = g.fresh_model(batch, width + 2).unwrap();
             let first = g

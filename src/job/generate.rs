@@ -113,7 +113,7 @@ fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u3
 }
 
 /// A batch's first step: tokens (left-padded rows), positions, and pads per row.
-type Prefill = (Vec<u32>, Vec<u32>, Vec<u32>);
+pub type Prefill = (Vec<u32>, Vec<u32>, Vec<u32>);
 
 impl Generator {
     /// Compile `entry` of a verified engine for this checkpoint. The engine's entry takes
@@ -137,8 +137,9 @@ impl Generator {
         &self.checkpoint
     }
 
-    /// A batch's first step: left-padded prompts, their positions and pad counts.
-    fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Prefill, GenerateError> {
+    /// A batch's first step: left-padded prompts (rows of equal width), their positions and pad
+    /// counts, as [`Generator::prefill_step`] takes them.
+    pub fn left_pad(&self, prompts: &[Vec<u32>]) -> Result<Prefill, GenerateError> {
         let vocab = self.checkpoint.config.vocab_size;
         let pad_id = self.checkpoint.config.pad_token_id;
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
@@ -178,7 +179,7 @@ impl Generator {
     /// The prefill: `tokens`, `positions` (`batch` left-padded rows of equal width) and `pad`,
     /// fed to the engine a few columns at a time so that no activation holds more than about
     /// [`PREFILL_ACTIVATION_BYTES`] (a whole `[batch × prompt, intermediate]` f32 MLP tensor is
-    /// 113 MiB for Gemma 3 1b at batch 128 × 32 tokens). Returns the last chunk's output.
+    /// 108 MiB for Gemma 3 1b at batch 128 × 32 tokens). Returns the last chunk's output.
     ///
     /// The same result as one step over every column: each row of every linear is computed
     /// alone, and attention reads earlier columns' keys and values back from the cache exactly
@@ -247,7 +248,7 @@ impl Generator {
         if batch == 0 {
             return Ok(Vec::new());
         }
-        let (tokens, positions, pads) = self.prefill(prompts)?;
+        let (tokens, positions, pads) = self.left_pad(prompts)?;
         let width = tokens.len() / batch;
         let model = self.fresh_model(batch, width + settings.max_new_tokens)?;
         let mut out: Vec<Generated> = (0..batch)
