@@ -214,6 +214,12 @@ pub struct ModelFacts {
     pub layer_linear_params: u64,
     /// Parameters of the output head: multiply-adds per sequence per step.
     pub head_params: u64,
+    /// Bytes of weights a decode step reads at batch 2 and above: everything but the embedding
+    /// table (a step reads only its rows), with the output head at full width.
+    pub step_bytes: u64,
+    /// The same at batch 1, where the output head is read through its 8-bit screen when it has
+    /// one (`kernels::argmax_screen_bytes`).
+    pub step_bytes_batch1: u64,
     /// Decoder layers.
     pub layers: usize,
     /// Vocabulary size.
@@ -260,12 +266,24 @@ impl ModelFacts {
             .layers
             .first()
             .map_or(ck.embed.dtype(), |l| l.q_proj.dtype());
+        let head_bytes = ck.lm_head.bytes().len() as u64;
+        // Tied, the head's bytes are the embedding's and `weight_bytes` counts them once.
+        let untied_embed = if ck.config.tie_word_embeddings {
+            0
+        } else {
+            ck.embed.bytes().len() as u64
+        };
+        let step_bytes = ck.weight_bytes - untied_embed;
+        let step_bytes_batch1 = crate::kernels::argmax_screen_bytes(&ck.lm_head)
+            .map_or(step_bytes, |screen| step_bytes - head_bytes + screen);
         ModelFacts {
             weight_bytes: ck.weight_bytes,
             weight_dtype: format!("{dtype:?}").to_lowercase(),
             params,
             layer_linear_params: layer_linear,
             head_params: head,
+            step_bytes,
+            step_bytes_batch1,
             layers: ck.layers.len(),
             vocab_size: ck.config.vocab_size,
         }
@@ -319,8 +337,15 @@ pub struct BatchReport {
     pub budget_full_window_bytes: u64,
     /// Peak RSS within `budget_full_window_bytes`.
     pub memory_ok_full_window: Option<bool>,
-    /// (weight bytes / read bandwidth) / decode step time: 1.0 = at the bandwidth roofline.
+    /// Bytes of weights one decode step reads ([`ModelFacts::step_bytes`] or, at batch 1,
+    /// [`ModelFacts::step_bytes_batch1`]).
+    pub decode_bytes_per_step: u64,
+    /// (`decode_bytes_per_step` / read bandwidth) / decode step time: 1.0 = at the bandwidth
+    /// roofline.
     pub decode_bandwidth_fraction: f64,
+    /// (all weight bytes / read bandwidth) / decode step time: above 1.0 when a step reads
+    /// less than every weight.
+    pub decode_all_weights_fraction: f64,
     /// Linear-layer GFLOP/s achieved while decoding.
     pub decode_gflops: f64,
     /// `decode_gflops` / the probed linear peak.
@@ -386,6 +411,17 @@ impl BatchReport {
         let prefill_gflops = ratio(prefill_flops, prefill_s) / 1e9;
         let peak_gflops = probes.linear_flops_per_s / 1e9;
         let fma_gflops = probes.fma_flops_per_s / 1e9;
+        let step_bytes = if run.batch == 1 {
+            facts.step_bytes_batch1
+        } else {
+            facts.step_bytes
+        };
+        let roofline = |bytes: u64| {
+            ratio(
+                ratio(bytes as f64, probes.read_bandwidth_bytes_per_s),
+                step_s,
+            )
+        };
         BatchReport {
             batch: run.batch,
             prefill_s,
@@ -402,10 +438,9 @@ impl BatchReport {
             kv_cache_full_window_bytes: kv_full,
             budget_full_window_bytes: budget_full,
             memory_ok_full_window: run.peak_rss_bytes.map(|p| p <= budget_full),
-            decode_bandwidth_fraction: ratio(
-                ratio(facts.weight_bytes as f64, probes.read_bandwidth_bytes_per_s),
-                step_s,
-            ),
+            decode_bytes_per_step: step_bytes,
+            decode_bandwidth_fraction: roofline(step_bytes),
+            decode_all_weights_fraction: roofline(facts.weight_bytes),
             decode_gflops,
             decode_peak_fraction: ratio(decode_gflops, peak_gflops),
             decode_fma_fraction: ratio(decode_gflops, fma_gflops),
@@ -543,6 +578,7 @@ impl Report {
             "peak RSS MiB",
             "budget MiB",
             "memory",
+            "MiB/step",
             "BW roofline",
             "decode GFLOP/s",
             "of linear",
@@ -563,6 +599,7 @@ impl Report {
                     fmt_mib(r.peak_rss_bytes),
                     fmt_mib(Some(r.budget_bytes)),
                     verdict(r.memory_ok).into(),
+                    fmt_mib(Some(r.decode_bytes_per_step)),
                     fmt_num(r.decode_bandwidth_fraction, 2),
                     fmt_num(r.decode_gflops, 1),
                     fmt_num(r.decode_peak_fraction, 2),

@@ -19,6 +19,9 @@ use super::tensor::{DType, Tensor, Weight};
 
 #[cfg(target_arch = "x86_64")]
 mod gemv;
+mod screen;
+
+pub(crate) use screen::Screen;
 
 /// Weight rows per decoded tile.
 const NB: usize = 8;
@@ -37,6 +40,13 @@ const MIN_TASK_MACS: usize = 1 << 18;
 const MIN_TASK_MACS_GEMV: usize = 1 << 15;
 /// Output columns [`linear_argmax`] computes at a time per task (its scratch is `[m, this]`).
 const ARGMAX_CHUNK: usize = 512;
+/// Rows from which [`linear_argmax`] of a single x row goes through the weight's [`Screen`]
+/// (built on first use: an 8-bit copy, half the bytes of bf16). Below it the copy would not
+/// pay for itself; Gemma 3's output head has 262144 rows.
+const SCREEN_MIN_ROWS: usize = 16384;
+/// The screen is given up for a call when more than this fraction (1 / it) of the rows are
+/// candidates: scoring them one by one would cost more than the full pass.
+const SCREEN_MAX_SHARE: usize = 64;
 
 /// `x [..., in] × w [out, in]ᵀ -> [..., out]` on the best instruction set of this CPU.
 pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
@@ -243,6 +253,11 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
         dtype: w.dtype(),
     };
     let x = x.data();
+    if m == 1 && n >= SCREEN_MIN_ROWS {
+        if let Some(id) = screened_argmax(isa, x, w.screen(), &src) {
+            return Ok(vec![id]);
+        }
+    }
     let parts = parallel::map_ranges(n, min_task_cols(m, k), NB, |cols| {
         let mut best = vec![Best::NONE; m];
         let mut scratch = vec![0.0f32; m * ARGMAX_CHUNK.min(cols.len())];
@@ -274,6 +289,42 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
     }
     // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
     Ok(best.into_iter().map(|b| b.index as u32).collect())
+}
+
+/// Bytes of weight data one [`linear_argmax`] call of a single x row reads through `w`'s
+/// screen (the 8-bit values and per-row bounds; the few candidate rows it then scores at full
+/// width are not counted), or `None` if such a call reads every row of `w` at full width.
+pub fn argmax_screen_bytes(w: &Weight) -> Option<u64> {
+    match *w.shape() {
+        [n, k] if n >= SCREEN_MIN_ROWS => Some((n * k + n * Screen::ROW_BYTES) as u64),
+        _ => None,
+    }
+}
+
+/// `linear_argmax` of one x row through `screen` (of the weight `w` holds): the candidate rows,
+/// scored by the same kernel as every other column and merged in index order. `None` when the
+/// screen cannot bound this x or keeps too many rows; the caller then scores every row.
+fn screened_argmax(isa: Isa, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> Option<u32> {
+    let rows = screen.candidates(isa, x)?;
+    if rows.len() > screen.rows() / SCREEN_MAX_SHARE {
+        return None;
+    }
+    let k = x.len();
+    let mut best = Best::NONE;
+    let mut score = [0.0f32];
+    for j in rows {
+        columns_on(
+            isa,
+            x,
+            1,
+            k,
+            w,
+            &mut ColumnsMut::window(&mut score, j..j + 1),
+        );
+        best = best.then(Best::at(j, score[0]));
+    }
+    // A screen of a weight with rows keeps at least one (the one with the best lower bound).
+    (!best.empty).then_some(best.index as u32)
 }
 
 /// The best column of a row so far, by [`argmax`](super::argmax)'s rule.

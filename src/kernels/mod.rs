@@ -22,7 +22,9 @@ pub use attention::{attention, attention_on, CacheKind, KvCache};
 pub use elementwise::{add, gelu_tanh, mul, scale};
 pub use embed::{embed, round_to_dtype};
 pub use error::KernelError;
-pub use linear::{linear, linear_argmax, linear_on, linear_portable, linear_t};
+pub use linear::{
+    argmax_screen_bytes, linear, linear_argmax, linear_on, linear_portable, linear_t,
+};
 pub use norm::rms_norm;
 pub use parallel::{set_threads, threads, with_threads, THREADS_ENV};
 pub use rope::{rope, rope_inv_freq};

@@ -4,7 +4,9 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use super::linear::Screen;
 
 /// An owned, row-major f32 tensor (activations, logits, small converted vectors).
 #[derive(Clone, PartialEq)]
@@ -109,8 +111,26 @@ impl DType {
     }
 }
 
-/// Bytes that back weights: a memory map in production, a `Vec<u8>` in tests.
-pub type Backing = Arc<dyn AsRef<[u8]> + Send + Sync>;
+/// Stored weight bytes: a memory map in production, a `Vec<u8>` in tests.
+pub trait WeightBytes: Send + Sync {
+    /// All the bytes.
+    fn bytes(&self) -> &[u8];
+    /// A hint that `range` will not be read again soon: a file mapping drops those pages from
+    /// the process's resident set (they are read back from the file if needed). Contents never
+    /// change; the default does nothing.
+    fn release(&self, range: Range<usize>) {
+        let _ = range;
+    }
+}
+
+impl WeightBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// Shared weight bytes.
+pub type Backing = Arc<dyn WeightBytes>;
 
 /// A read-only, row-major view of weight bytes in their stored dtype (little-endian).
 ///
@@ -121,6 +141,8 @@ pub struct Weight {
     shape: Vec<usize>,
     backing: Backing,
     range: Range<usize>,
+    /// The argmax screen of a `[n, k]` weight, built on first use and shared by clones.
+    screen: Arc<OnceLock<Screen>>,
 }
 
 impl Weight {
@@ -131,7 +153,7 @@ impl Weight {
         backing: Backing,
         range: Range<usize>,
     ) -> Result<Weight, ShapeMismatch> {
-        let bytes_len = (*backing).as_ref().len();
+        let bytes_len = backing.bytes().len();
         let n = numel(&shape).and_then(|n| n.checked_mul(dtype.size()));
         let ok = range.start <= range.end && range.end <= bytes_len && n == Some(range.len());
         if !ok {
@@ -146,6 +168,7 @@ impl Weight {
             shape,
             backing,
             range,
+            screen: Arc::default(),
         })
     }
     /// A weight owning its f32 values (tests, small synthetic models).
@@ -185,7 +208,17 @@ impl Weight {
     }
     /// The raw little-endian bytes.
     pub fn bytes(&self) -> &[u8] {
-        &(*self.backing).as_ref()[self.range.clone()]
+        &self.backing.bytes()[self.range.clone()]
+    }
+    /// [`WeightBytes::release`] for elements `elems` (row-major) of this weight.
+    pub fn release(&self, elems: Range<usize>) {
+        let s = self.dtype.size();
+        let start = self.range.start + elems.start * s;
+        self.backing.release(start..start + elems.len() * s);
+    }
+    /// The argmax screen of this `[n, k]` weight, built on first call.
+    pub(crate) fn screen(&self) -> &Screen {
+        self.screen.get_or_init(|| Screen::build(self))
     }
     /// Number of elements.
     pub fn numel(&self) -> usize {
@@ -228,6 +261,7 @@ impl Weight {
             shape: rest.to_vec(),
             backing: Arc::clone(&self.backing),
             range: start..start + per,
+            screen: Arc::default(),
         })
     }
 }

@@ -16,7 +16,7 @@ use safetensors::SafeTensors;
 
 use super::config::{ConfigError, ModelConfig};
 use crate::error::{Diagnose, Exit};
-use crate::kernels::tensor::Backing;
+use crate::kernels::tensor::{Backing, WeightBytes};
 use crate::kernels::{DType, Weight};
 use crate::trust::canonical::parse_strict;
 
@@ -213,7 +213,36 @@ fn map_file(path: &Path) -> Result<Backing, WeightsError> {
     // broken only if the file changed underneath us while mapped; the runner's model directory
     // is operator-controlled inside the enclave, and `exec` hashes the mapped bytes it runs on.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read)?;
-    Ok(Arc::new(map))
+    Ok(Arc::new(MappedFile(map)))
+}
+
+/// A read-only shared file mapping.
+struct MappedFile(memmap2::Mmap);
+
+impl WeightBytes for MappedFile {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    #[allow(unsafe_code)]
+    fn release(&self, range: std::ops::Range<usize>) {
+        const PAGE: usize = 4096;
+        // Only whole pages inside the range: a neighbour's bytes may still be in use.
+        let start = range.start.div_ceil(PAGE) * PAGE;
+        let end = (range.end.min(self.0.len()) / PAGE) * PAGE;
+        if start < end {
+            // SAFETY: the mapping is shared, read-only and file-backed, so dropping pages from
+            // this process only unmaps them: the next read faults the same file bytes back in.
+            // Failure is harmless (the pages just stay resident), so it is ignored.
+            let _ = unsafe {
+                self.0.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start,
+                    end - start,
+                )
+            };
+        }
+    }
 }
 
 fn dtype_of(d: StDtype) -> Option<DType> {
@@ -269,7 +298,7 @@ impl Files {
             path: path.to_owned(),
             detail,
         };
-        let bytes: &[u8] = (*map).as_ref();
+        let bytes: &[u8] = map.bytes();
         let (header_len, metadata): (usize, Metadata) =
             SafeTensors::read_metadata(bytes).map_err(|e| corrupt(format!("{e:?}")))?;
         let base = 8 + header_len;

@@ -1,5 +1,6 @@
 use proptest::prelude::*;
 
+use super::super::linear::Screen;
 use super::super::{
     argmax, linear, linear_argmax, linear_on, linear_portable, linear_t, reference, simd,
     with_threads, DType, Isa, KernelError, Tensor, Weight,
@@ -226,4 +227,140 @@ fn rejects_linear_t_inner_dim_mismatch() {
         matches!(err, KernelError::InnerDim { op: "linear_t", .. }),
         "{err:?}"
     );
+}
+
+/// The argmax rule applied to `y`'s columns `rows` only (in increasing order).
+fn argmax_among(y: &[f32], rows: &[usize]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for &j in rows {
+        best = match best {
+            None => Some(j),
+            Some(b) if y[b].is_nan() => Some(b),
+            Some(b) if y[j].is_nan() || y[j] > y[b] => Some(j),
+            keep => keep,
+        };
+    }
+    best
+}
+
+/// Weight rows built to stress the screen's bound: 0 random, 1 repeated rows (exact ties),
+/// 2 rows one bf16 step apart (near ties), 3 rows holding NaN, infinities, zeros and 1e30.
+fn screen_rows(mode: usize, n: usize, k: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut v = rng.values(n * k, 1.0);
+    match mode {
+        1 => {
+            for j in 1..n {
+                if rng.next_u64().is_multiple_of(2) {
+                    let src = (rng.next_u64() as usize) % j;
+                    v.copy_within(src * k..(src + 1) * k, j * k);
+                }
+            }
+        }
+        2 => {
+            let base: Vec<f32> = v[..k].to_vec();
+            for j in 1..n {
+                for (i, b) in base.iter().enumerate() {
+                    let step = if rng.next_u64().is_multiple_of(3) {
+                        1.0 + 1.0 / 128.0
+                    } else {
+                        1.0
+                    };
+                    v[j * k + i] = b * step;
+                }
+            }
+        }
+        3 => {
+            for j in 0..n {
+                let at = j * k + (rng.next_u64() as usize) % k;
+                match rng.next_u64() % 8 {
+                    0 => v[at] = f32::NAN,
+                    1 => v[at] = f32::INFINITY,
+                    2 => v[at] = f32::NEG_INFINITY,
+                    3 => v[j * k..(j + 1) * k].fill(0.0),
+                    4 => v[at] = 1e30,
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Scoring only the screen's candidates picks the same id as scoring every row, on both
+    /// kernel paths: the best row is always kept, and so is every row that ties it or is NaN.
+    #[test]
+    fn screen_candidates_keep_the_argmax_of_linear(
+        k in 1usize..80,
+        n in 1usize..400,
+        dt in 0usize..3,
+        mode in 0usize..4,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let x = tensor(&[1, k], &mut rng, 2.0);
+        let w = Weight::from_values(DTYPES[dt], vec![n, k], &screen_rows(mode, n, k, &mut rng))
+            .expect("shape");
+        let y = linear(&x, &w).expect("valid");
+        let want = argmax(&y).expect("non-empty")[0] as usize;
+        let screen = Screen::build(&w);
+        for isa in [Isa::Portable, simd::isa()] {
+            let rows = screen.candidates(isa, x.data()).expect("finite, non-zero x");
+            prop_assert!(rows.windows(2).all(|p| p[0] < p[1]), "increasing");
+            prop_assert_eq!(argmax_among(y.data(), &rows), Some(want), "{:?}", isa);
+        }
+    }
+}
+
+#[test]
+fn screen_narrows_a_random_head_to_a_few_rows() {
+    let (n, k) = (8192, 64);
+    let mut rng = Rng::new(7);
+    let w = weight(DType::BF16, &[n, k], &mut rng, 1.0);
+    let screen = Screen::build(&w);
+    for _ in 0..4 {
+        let x = tensor(&[1, k], &mut rng, 2.0);
+        let rows = screen.candidates(simd::isa(), x.data()).expect("finite x");
+        assert!(
+            !rows.is_empty() && rows.len() <= 64,
+            "{} candidates",
+            rows.len()
+        );
+    }
+}
+
+#[test]
+fn screen_declines_inputs_its_bound_does_not_cover() {
+    let w = Weight::from_f32(vec![3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("shape");
+    let screen = Screen::build(&w);
+    for x in [
+        [f32::NAN, 1.0],
+        [f32::INFINITY, 1.0],
+        [0.0, 0.0],
+        [1e36, 1e36],
+    ] {
+        assert_eq!(screen.candidates(Isa::Portable, &x), None, "{x:?}");
+    }
+}
+
+#[test]
+fn linear_argmax_through_the_screen_equals_argmax_of_linear() {
+    // Large enough for `linear_argmax` to take the screened path at batch 1.
+    let (n, k) = (20_000, 48);
+    let mut rng = Rng::new(11);
+    let w = weight(DType::BF16, &[n, k], &mut rng, 1.0);
+    for _ in 0..3 {
+        let x = tensor(&[1, k], &mut rng, 2.0);
+        let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
+        for t in [1, 2, 3] {
+            let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
+            assert_eq!(got, want, "{t} threads");
+        }
+        let portable =
+            simd::with_instruction_set(Isa::Portable, || linear_argmax(&x, &w)).expect("valid");
+        assert_eq!(portable, want, "portable");
+    }
 }
