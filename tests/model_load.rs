@@ -450,3 +450,28 @@ fn released_weight_pages_read_back_unchanged() {
     layer.release(3..layer.numel() - 5);
     assert_eq!(layer.bytes(), &before[..]);
 }
+
+#[test]
+fn layer_weights_hold_the_files_bytes_after_packing() {
+    // The loader copies layer projections into huge pages; the copy must be byte-identical.
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny(dir.path());
+    let ck = Checkpoint::load(dir.path()).unwrap();
+    let stored = read_tensors(&dir.path().join("model.safetensors"));
+    for (i, l) in ck.layers.iter().enumerate() {
+        for (name, w) in [
+            ("self_attn.q_proj", &l.q_proj),
+            ("self_attn.k_proj", &l.k_proj),
+            ("self_attn.v_proj", &l.v_proj),
+            ("self_attn.o_proj", &l.o_proj),
+            ("mlp.gate_proj", &l.gate_proj),
+            ("mlp.up_proj", &l.up_proj),
+            ("mlp.down_proj", &l.down_proj),
+        ] {
+            let key = format!("model.layers.{i}.{name}.weight");
+            let (_, shape, bytes) = stored.get(&key).unwrap_or_else(|| panic!("{key}"));
+            assert_eq!(w.shape(), &shape[..], "{key}");
+            assert_eq!(w.bytes(), &bytes[..], "{key}");
+        }
+    }
+}

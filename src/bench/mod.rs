@@ -143,11 +143,14 @@ pub fn time_run(
     })
 }
 
-/// One untimed single-token step: pages in every weight (the output head reads the whole
-/// embedding) and starts the kernels' threads once, so the first timed run is not a cold one.
-pub fn warm_up(gen: &Generator) -> Result<(), GenerateError> {
+/// One untimed single-token step at `batch`: pages in every weight the batch size reads (and
+/// at batch 1 builds the output head's screen) and starts the kernels' threads once, so the
+/// first timed run is not a cold one. At the measured batch size, because batch 1 and larger
+/// batches read the output head differently: warming one up for the other would leave both
+/// forms resident and overstate the peak.
+pub fn warm_up(gen: &Generator, batch: usize) -> Result<(), GenerateError> {
     let bos = gen.checkpoint().config.bos_token_id;
-    time_run(gen, &[vec![bos]], 1).map(|_| ())
+    time_run(gen, &vec![vec![bos]; batch.max(1)], 1).map(|_| ())
 }
 
 /// Which process a peak RSS covers.
@@ -187,7 +190,7 @@ pub fn run_batch(
 ) -> Result<BatchRun, GenerateError> {
     let c = &gen.checkpoint().config;
     let prompts = prompts(batch, prompt_len, c.vocab_size, c.bos_token_id);
-    warm_up(gen)?;
+    warm_up(gen, batch)?;
     let mut runs = Vec::with_capacity(repeat);
     for i in 0..repeat.max(1) {
         on_run(i);

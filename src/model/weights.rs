@@ -1,7 +1,8 @@
 //! Gemma 3 weights from a Hugging Face safetensors checkpoint, memory-mapped.
 //!
 //! Files are mapped read-only and every tensor is handed out as a [`Weight`] view in its stored
-//! dtype; nothing is converted to f32 here. Names are resolved under whichever text prefix the
+//! dtype; nothing is converted to f32 here. The layers' projections are then copied, unchanged,
+//! into huge pages ([`pack`](super::pack)). Names are resolved under whichever text prefix the
 //! checkpoint uses (`model.`, `language_model.model.` or `model.language_model.`); vision tensors
 //! of multimodal checkpoints are ignored; any other tensor the configuration does not account
 //! for is an error, as is a missing tensor, a wrong shape or an unsupported dtype.
@@ -471,6 +472,7 @@ impl Checkpoint {
                 name: name.clone(),
             });
         }
+        super::pack::pack_layers(&mut layers);
         let mut weight_bytes = embed.bytes().len() as u64 + norm.bytes().len() as u64;
         if !c.tie_word_embeddings {
             weight_bytes += lm_head.bytes().len() as u64;
