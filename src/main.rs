@@ -4,5 +4,27 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    fix_heap_growth();
     runner::cli::main()
 }
+
+/// Every allocation of 1 MiB or more gets its own mapping, returned to the system when freed.
+///
+/// glibc raises this threshold whenever a mapped block is freed (up to 32 MiB), after which
+/// activations of a few MiB come from the heap instead, and a run whose sizes vary (a warm-up,
+/// prefill chunks, then decode steps) fragments the heap and keeps growing: 270m at batch 32
+/// peaked at 819 MiB instead of 591 MiB with the threshold fixed. Smaller blocks stay on the
+/// heap, where reuse is cheap.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn fix_heap_growth() {
+    const THRESHOLD: libc::c_int = 1 << 20;
+    // SAFETY: `mallopt` only sets an allocator parameter; it is called before any thread
+    // starts. A failure (0) leaves glibc's default, which is only slower to give memory back.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn fix_heap_growth() {}
