@@ -952,3 +952,30 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
     );
     assert_eq!(env.audit()["last"]["outcome"], "accepted");
 }
+
+#[test]
+fn exec_refuses_an_engine_that_skips_layers_of_the_checkpoint() {
+    // The owners approved the six-layer unrolled engine with an eight-layer model: it would
+    // run, skip layers 6 and 7, and sign wrong tokens. The runner refuses after the first step.
+    let env = Env::bare();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    fs::copy(
+        repo.join("engines/gemma3_unrolled.eng"),
+        env.path("engines/gemma3.eng"),
+    )
+    .unwrap();
+    SyntheticSpec {
+        num_layers: 8,
+        ..SyntheticSpec::tiny()
+    }
+    .write(&env.path("model"), 5)
+    .unwrap();
+    env.approve_both("policies/gemma3.json", "cert.json", &[]);
+    env.write_inputs(&[vec![2, 17, 40], vec![2, 9]]);
+    env.write_job(2, 4, r#"["tokens"]"#);
+    env.refused(
+        EXEC,
+        2,
+        &["ran 6 of the checkpoint's 8 layers", "layers 6, 7", "scan"],
+    );
+}

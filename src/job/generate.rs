@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::error::{Diagnose, Exit};
-use crate::kernels::KernelError;
+use crate::kernels::{KernelError, KvCache};
 use crate::model::record::model_record;
 use crate::model::weights::Checkpoint;
 use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Value};
@@ -58,6 +58,21 @@ pub enum GenerateError {
         /// What is wrong.
         problem: String,
     },
+    /// The engine did not run every layer of the checkpoint exactly once in a step.
+    #[error(
+        "the engine ran {ran} of the checkpoint's {total} layers once in the prefill (layers {wrong} \
+         were skipped or run more than once); an engine must run every layer exactly once per \
+         step, so one written out for a fixed number of layers (engines/gemma3_unrolled.eng: 6) \
+         cannot serve this checkpoint: use engines/gemma3.eng, whose `scan` runs them all"
+    )]
+    Layers {
+        /// Layers whose KV cache took exactly the step's columns.
+        ran: usize,
+        /// Layers in the checkpoint.
+        total: usize,
+        /// The others, as a list for the message.
+        wrong: String,
+    },
     /// The engine's entry returned something other than one id per sequence.
     #[error("the engine returned {found}, expected one token id per sequence ({batch})")]
     Output {
@@ -72,8 +87,19 @@ impl Diagnose for GenerateError {
     fn exit(&self) -> Exit {
         match self {
             GenerateError::Compile(e) => e.exit(),
-            GenerateError::Prompt { .. } => Exit::BadInput,
+            GenerateError::Prompt { .. } | GenerateError::Layers { .. } => Exit::BadInput,
             _ => Exit::Failure,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            GenerateError::Compile(e) => e.hint(),
+            GenerateError::Layers { .. } => Some(
+                "approve an engine whose layer stack is a `scan` over `model.layers` for this \
+                 checkpoint, or run this engine on a checkpoint with as many layers as it names"
+                    .into(),
+            ),
+            _ => None,
         }
     }
 }
@@ -110,6 +136,27 @@ fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u3
         .with("tokens", Value::ids(tokens))
         .with("positions", Value::ids(positions))
         .with("pad", Value::ids(pad))
+}
+
+/// The columns each layer's KV cache has taken so far, in layer order (`model.layers[i].cache`
+/// of a record built by `model_record`).
+fn layer_columns(model: &Value) -> Vec<usize> {
+    let Value::Record(record) = model else {
+        return Vec::new();
+    };
+    let Some(Value::Stack(layers)) = record.get("layers") else {
+        return Vec::new();
+    };
+    layers
+        .iter()
+        .filter_map(|layer| match layer {
+            Value::Record(r) => match r.get("cache") {
+                Some(Value::State(state)) => state.lock().as_kv().map(KvCache::len),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 /// A batch's first step: tokens (left-padded rows), positions, and pads per row.
@@ -198,6 +245,32 @@ impl Generator {
         self.prefill_in_chunks(model, tokens, positions, pad, cols)
     }
 
+    /// Every layer's cache must have taken exactly `width` more columns than `before`: an
+    /// engine that skips a layer (or runs one twice) would otherwise give wrong tokens quietly.
+    fn check_every_layer_ran(
+        &self,
+        model: &Value,
+        before: &[usize],
+        width: usize,
+    ) -> Result<(), GenerateError> {
+        let after = layer_columns(model);
+        let wrong: Vec<usize> = (0..after.len())
+            .filter(|&i| after[i] != before.get(i).copied().unwrap_or(0) + width)
+            .collect();
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        let mut list: Vec<String> = wrong.iter().take(8).map(usize::to_string).collect();
+        if wrong.len() > 8 {
+            list.push(format!("and {} more", wrong.len() - 8));
+        }
+        Err(GenerateError::Layers {
+            ran: after.len() - wrong.len(),
+            total: after.len(),
+            wrong: list.join(", "),
+        })
+    }
+
     /// [`Generator::prefill_step`] with `cols` columns per chunk (at least 1).
     pub fn prefill_in_chunks(
         &self,
@@ -210,8 +283,11 @@ impl Generator {
         let batch = pad.len().max(1);
         let width = tokens.len() / batch;
         let cols = cols.max(1);
+        let before = layer_columns(model);
         if cols >= width {
-            return self.step(model, tokens, positions, pad);
+            let out = self.step(model, tokens, positions, pad)?;
+            self.check_every_layer_ran(model, &before, width)?;
+            return Ok(out);
         }
         let mut last = None;
         let mut c0 = 0;
@@ -225,6 +301,7 @@ impl Generator {
             last = Some(self.step(model, pick(&tokens), pick(&positions), pad.clone())?);
             c0 = c1;
         }
+        self.check_every_layer_ran(model, &before, width)?;
         last.ok_or(GenerateError::Output {
             found: "nothing".into(),
             batch,

@@ -69,6 +69,8 @@ impl Diagnose for RunFailure {
     fn exit(&self) -> Exit {
         match self {
             RunFailure::OutputExists(_) => Exit::BadInput,
+            // An engine that does not fit the checkpoint is the inputs' fault, not the run's.
+            RunFailure::Generate(e) => e.exit(),
             _ => Exit::Failure,
         }
     }
@@ -77,6 +79,7 @@ impl Diagnose for RunFailure {
             RunFailure::OutputExists(_) => {
                 Some("choose a new output_dir in the job, or move the old results away".into())
             }
+            RunFailure::Generate(e) => e.hint(),
             _ => None,
         }
     }
