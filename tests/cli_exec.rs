@@ -729,6 +729,14 @@ fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
     assert_eq!(files.len(), 1);
     assert_eq!(env.read("out/results.jsonl"), "earlier results\n");
 
+    // It is found before the model is hashed: with the model changed as well, the output
+    // directory is what gets reported.
+    let config = env.path("model/config.json");
+    let original = fs::read(&config).unwrap();
+    fs::write(&config, [&original[..], b" "].concat()).unwrap();
+    env.refusal(EXEC, 2, &["already exists and is not empty"]);
+    fs::write(&config, &original).unwrap();
+
     // An empty output directory (made by the operator) is fine.
     fs::remove_file(env.path("out/results.jsonl")).unwrap();
     env.ok(EXEC);

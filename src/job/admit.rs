@@ -283,6 +283,9 @@ pub enum Refusal {
     /// The engine does not compile for the model.
     #[error(transparent)]
     Compile(Box<GenerateError>),
+    /// The job's output directory exists and is not empty.
+    #[error("output directory {0} already exists and is not empty")]
+    OutputExists(PathBuf),
 }
 
 // Boxed: the compiler's errors are large and every `admit` result would carry their size.
@@ -307,7 +310,8 @@ impl Diagnose for Refusal {
             | Refusal::ReadEngine { .. }
             | Refusal::NoTokenizer(_)
             | Refusal::TokenOutOfVocab { .. }
-            | Refusal::ChatRole { .. } => Exit::BadInput,
+            | Refusal::ChatRole { .. }
+            | Refusal::OutputExists(_) => Exit::BadInput,
             _ => Exit::Refused,
         }
     }
@@ -354,6 +358,9 @@ impl Diagnose for Refusal {
                     .into()
             }
             Refusal::ReadCertificate { .. } | Refusal::ReadEngine { .. } => "check the path".into(),
+            Refusal::OutputExists(_) => {
+                "choose a new output_dir in the job, or move the old results away".into()
+            }
         })
     }
 }
@@ -386,6 +393,10 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
     let job = JobSpec::parse(job_text, req.job)?;
+    // Before any hashing: finding this out after reading a multi-GiB model wastes the wait.
+    if super::run::output_dir_in_use(&job.output_dir) {
+        return Err(Refusal::OutputExists(job.output_dir.clone()));
+    }
 
     let source = std::fs::read(&job.engine).map_err(|source| Refusal::ReadEngine {
         path: job.engine.clone(),

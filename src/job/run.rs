@@ -99,10 +99,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunFailure + '_ {
     }
 }
 
-/// Refuse early if the job's outputs could not be published.
-pub fn check_output_dir(dir: &Path) -> Result<(), RunFailure> {
+/// Whether `dir` cannot take a job's outputs: a file, or a directory with entries.
+pub fn output_dir_in_use(dir: &Path) -> bool {
     let non_empty = fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
-    if non_empty || dir.is_file() {
+    non_empty || dir.is_file()
+}
+
+/// Refuse if the job's outputs could not be published (admission checked this already, before
+/// hashing the model; checked again here in case the directory was filled since).
+pub fn check_output_dir(dir: &Path) -> Result<(), RunFailure> {
+    if output_dir_in_use(dir) {
         return Err(RunFailure::OutputExists(dir.to_owned()));
     }
     Ok(())
