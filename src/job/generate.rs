@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use crate::error::{Diagnose, Exit};
-use crate::kernels::{KernelError, KvCache};
-use crate::model::record::model_record;
+use crate::kernels::KernelError;
+use crate::model::record::{layer_columns, model_record};
 use crate::model::weights::Checkpoint;
 use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Value};
 
@@ -138,25 +138,29 @@ fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u3
         .with("pad", Value::ids(pad))
 }
 
-/// The columns each layer's KV cache has taken so far, in layer order (`model.layers[i].cache`
-/// of a record built by `model_record`).
-fn layer_columns(model: &Value) -> Vec<usize> {
-    let Value::Record(record) = model else {
-        return Vec::new();
-    };
-    let Some(Value::Stack(layers)) = record.get("layers") else {
-        return Vec::new();
-    };
-    layers
-        .iter()
-        .filter_map(|layer| match layer {
-            Value::Record(r) => match r.get("cache") {
-                Some(Value::State(state)) => state.lock().as_kv().map(KvCache::len),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
+/// Every layer's cache must have taken exactly `width` more columns than `before`: an engine
+/// that skips a layer (or runs one twice) would otherwise give wrong tokens quietly.
+fn check_every_layer_ran(
+    model: &Value,
+    before: &[usize],
+    width: usize,
+) -> Result<(), GenerateError> {
+    let after = layer_columns(model);
+    let wrong: Vec<usize> = (0..after.len())
+        .filter(|&i| after[i] != before.get(i).copied().unwrap_or(0) + width)
+        .collect();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let mut list: Vec<String> = wrong.iter().take(8).map(usize::to_string).collect();
+    if wrong.len() > 8 {
+        list.push(format!("and {} more", wrong.len() - 8));
+    }
+    Err(GenerateError::Layers {
+        ran: after.len() - wrong.len(),
+        total: after.len(),
+        wrong: list.join(", "),
+    })
 }
 
 /// A batch's first step: tokens (left-padded rows), positions, and pads per row.
@@ -245,32 +249,6 @@ impl Generator {
         self.prefill_in_chunks(model, tokens, positions, pad, cols)
     }
 
-    /// Every layer's cache must have taken exactly `width` more columns than `before`: an
-    /// engine that skips a layer (or runs one twice) would otherwise give wrong tokens quietly.
-    fn check_every_layer_ran(
-        &self,
-        model: &Value,
-        before: &[usize],
-        width: usize,
-    ) -> Result<(), GenerateError> {
-        let after = layer_columns(model);
-        let wrong: Vec<usize> = (0..after.len())
-            .filter(|&i| after[i] != before.get(i).copied().unwrap_or(0) + width)
-            .collect();
-        if wrong.is_empty() {
-            return Ok(());
-        }
-        let mut list: Vec<String> = wrong.iter().take(8).map(usize::to_string).collect();
-        if wrong.len() > 8 {
-            list.push(format!("and {} more", wrong.len() - 8));
-        }
-        Err(GenerateError::Layers {
-            ran: after.len() - wrong.len(),
-            total: after.len(),
-            wrong: list.join(", "),
-        })
-    }
-
     /// [`Generator::prefill_step`] with `cols` columns per chunk (at least 1).
     pub fn prefill_in_chunks(
         &self,
@@ -284,28 +262,28 @@ impl Generator {
         let width = tokens.len() / batch;
         let cols = cols.max(1);
         let before = layer_columns(model);
-        if cols >= width {
-            let out = self.step(model, tokens, positions, pad)?;
-            self.check_every_layer_ran(model, &before, width)?;
-            return Ok(out);
-        }
-        let mut last = None;
-        let mut c0 = 0;
-        while c0 < width {
-            let c1 = (c0 + cols).min(width);
-            let pick = |v: &[u32]| -> Vec<u32> {
-                v.chunks_exact(width)
-                    .flat_map(|row| row[c0..c1].iter().copied())
-                    .collect()
-            };
-            last = Some(self.step(model, pick(&tokens), pick(&positions), pad.clone())?);
-            c0 = c1;
-        }
-        self.check_every_layer_ran(model, &before, width)?;
-        last.ok_or(GenerateError::Output {
-            found: "nothing".into(),
-            batch,
-        })
+        let out = if cols >= width {
+            self.step(model, tokens, positions, pad)?
+        } else {
+            let mut last = None;
+            let mut c0 = 0;
+            while c0 < width {
+                let c1 = (c0 + cols).min(width);
+                let pick = |v: &[u32]| -> Vec<u32> {
+                    v.chunks_exact(width)
+                        .flat_map(|row| row[c0..c1].iter().copied())
+                        .collect()
+                };
+                last = Some(self.step(model, pick(&tokens), pick(&positions), pad.clone())?);
+                c0 = c1;
+            }
+            last.ok_or(GenerateError::Output {
+                found: "nothing".into(),
+                batch,
+            })?
+        };
+        check_every_layer_ran(model, &before, width)?;
+        Ok(out)
     }
 
     /// A fresh `model` record (new, empty caches) for a batch.

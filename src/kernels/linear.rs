@@ -253,7 +253,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
         dtype: w.dtype(),
     };
     let x = x.data();
-    if m == 1 && n >= SCREEN_MIN_ROWS {
+    if takes_screen(m, n) {
         if let Some(id) = screened_argmax(isa, x, w.screen(), &src) {
             return Ok(vec![id]);
         }
@@ -296,9 +296,14 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
 /// width are not counted), or `None` if such a call reads every row of `w` at full width.
 pub fn argmax_screen_bytes(w: &Weight) -> Option<u64> {
     match *w.shape() {
-        [n, k] if n >= SCREEN_MIN_ROWS => Some((n * k + n * Screen::ROW_BYTES) as u64),
+        [n, k] if takes_screen(1, n) => Some((n * k + n * Screen::ROW_BYTES) as u64),
         _ => None,
     }
+}
+
+/// Whether [`linear_argmax`] of `m` x rows over `n` weight rows goes through the screen.
+fn takes_screen(m: usize, n: usize) -> bool {
+    m == 1 && n >= SCREEN_MIN_ROWS
 }
 
 /// `linear_argmax` of one x row through `screen` (of the weight `w` holds): the candidate rows,

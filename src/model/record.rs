@@ -82,3 +82,24 @@ pub fn model_record(ck: &Checkpoint, batch: usize, max_len: usize) -> Result<Val
     }
     Ok(Value::record(record.with("layers", Value::stack(layers))))
 }
+
+/// The columns each layer's KV cache has taken so far, in layer order (`model.layers[i].cache`
+/// of a record built by [`model_record`]); empty for any other value.
+pub fn layer_columns(model: &Value) -> Vec<usize> {
+    let Value::Record(record) = model else {
+        return Vec::new();
+    };
+    let Some(Value::Stack(layers)) = record.get("layers") else {
+        return Vec::new();
+    };
+    layers
+        .iter()
+        .filter_map(|layer| match layer {
+            Value::Record(r) => match r.get("cache") {
+                Some(Value::State(state)) => state.lock().as_kv().map(KvCache::len),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
