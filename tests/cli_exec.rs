@@ -912,6 +912,54 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
     assert_eq!(env.audit()["last"]["outcome"], "accepted");
 }
 
+// ---- the model written while the job runs ----
+
+#[test]
+fn a_model_written_during_the_run_signs_nothing() {
+    use runner::error::{Diagnose, Exit};
+    use runner::job::admit::{admit, Request};
+    use runner::job::run::{run, RunFailure};
+    use runner::model::files::FileError;
+    use std::os::unix::fs::FileExt;
+
+    let env = Env::new();
+    let trust = runner::trust::config::TrustConfig::load(&env.path("trust.toml")).unwrap();
+    let (cert, job) = (env.path("cert.json"), env.path("job.toml"));
+    let request = Request {
+        cert: &cert,
+        job: &job,
+        trust: &trust,
+        superseded: &[],
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let admitted = admit(&request).unwrap();
+    // Between admission and the end of the run: the same byte written back over itself, so the
+    // weights are even unchanged, but nothing can show that.
+    let weights = env.path("model/model.safetensors");
+    let first = fs::read(&weights).unwrap()[0];
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&weights)
+        .unwrap()
+        .write_all_at(&[first], 0)
+        .unwrap();
+    let key = runner::trust::keys::SecretKey::load(&env.path("keys/runner.key")).unwrap();
+    let err = run(admitted, &key, true).unwrap_err();
+    assert!(
+        matches!(&err, RunFailure::Model(FileError::Changed { path }) if path.ends_with("model/model.safetensors")),
+        "{err:?}"
+    );
+    assert_eq!(err.exit(), Exit::Refused);
+    assert!(err
+        .to_string()
+        .contains("changed after its digest was taken"));
+    assert!(!env.path("out").exists());
+
+    // Through the command line the job then runs: the digest is of the bytes as they are now.
+    env.ok(EXEC);
+    env.verify_receipt("cert.json");
+}
+
 // ---- text prompts through the real tokenizer ----
 
 /// The cached official tokenizer; its absence fails the test (the suite expects it).

@@ -2,10 +2,14 @@
 //! file and tensor.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 
+use runner::error::{Diagnose, Exit};
 use runner::kernels::DType;
 use runner::model::config::{ConfigError, LayerKind, ModelConfig};
+use runner::model::digest::model_digest;
+use runner::model::files::FileError;
 use runner::model::synthetic::SyntheticSpec;
 use runner::model::weights::{Checkpoint, WeightsError};
 use safetensors::tensor::{Dtype, TensorView};
@@ -473,5 +477,98 @@ fn layer_weights_hold_the_files_bytes_after_packing() {
             assert_eq!(w.shape(), &shape[..], "{key}");
             assert_eq!(w.bytes(), &bytes[..], "{key}");
         }
+    }
+}
+
+// ---- loading the very files the model digest hashed ----
+
+/// Overwrite the first byte of `path` with its own value: the bytes stay the same, but the file
+/// was written (and without truncating it, which a mapping of it would not survive).
+fn touch_in_place(path: &Path) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let first = std::fs::read(path).unwrap()[0];
+    f.write_all_at(&[first], 0).unwrap();
+}
+
+#[test]
+fn sealed_load_reads_the_hashed_files_even_after_they_are_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny(dir.path());
+    let original = read_tensors(&dir.path().join("model.safetensors"));
+    let digest = model_digest(dir.path()).unwrap();
+    // Swap other weights in under the same name (a new file renamed over the old one), and a
+    // config with another stop token.
+    let swapped = dir.path().join("swapped.safetensors");
+    let mut other = original.clone();
+    for (_, _, bytes) in other.values_mut() {
+        bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    }
+    write_tensors(&swapped, &other);
+    std::fs::rename(&swapped, dir.path().join("model.safetensors")).unwrap();
+    let ck = Checkpoint::load_from(digest.checkpoint_files(dir.path())).unwrap();
+    let embed = &original["model.embed_tokens.weight"].2;
+    assert_eq!(ck.embed.bytes(), &embed[..]);
+    assert_eq!(
+        ck.layers[1].gate_proj.bytes(),
+        &original["model.layers.1.mlp.gate_proj.weight"].2[..]
+    );
+    // Unlinking the hashed file moved its ctime, which a write would also have done: the seal
+    // cannot tell them apart, so a run would sign nothing.
+    assert!(matches!(
+        ck.seal.check_unchanged(),
+        Err(FileError::Changed { .. })
+    ));
+    // By path, the new bytes load.
+    let by_path = Checkpoint::load(dir.path()).unwrap();
+    assert_ne!(by_path.embed.bytes(), &embed[..]);
+}
+
+#[test]
+fn sealed_load_refuses_a_config_rewritten_after_hashing() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny(dir.path());
+    let digest = model_digest(dir.path()).unwrap();
+    // In place (same inode): the file the digest holds open now has other bytes.
+    let path = dir.path().join("config.json");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push(' ');
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let err = Checkpoint::load_from(digest.checkpoint_files(dir.path())).unwrap_err();
+    assert!(
+        matches!(&err, WeightsError::File(FileError::Changed { path: p }) if *p == path),
+        "{err:?}"
+    );
+    assert_eq!(err.exit(), Exit::Refused);
+    assert!(err
+        .to_string()
+        .contains("changed after its digest was taken"));
+}
+
+#[test]
+fn a_weights_file_written_after_hashing_breaks_the_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny(dir.path());
+    let weights = dir.path().join("model.safetensors");
+    // Written just before hashing, then again right after: where ctime is coarse (kernels
+    // before 6.13), the second write lands within a clock tick of the first unless the stamp
+    // waited for the tick to pass.
+    for _ in 0..5 {
+        touch_in_place(&weights);
+        let digest = model_digest(dir.path()).unwrap();
+        let ck = Checkpoint::load_from(digest.checkpoint_files(dir.path())).unwrap();
+        ck.seal.check_unchanged().unwrap();
+        touch_in_place(&weights);
+        let err = ck.seal.check_unchanged().unwrap_err();
+        assert!(
+            matches!(&err, FileError::Changed { path } if *path == weights),
+            "{err:?}"
+        );
+        assert_eq!(err.exit(), Exit::Refused);
     }
 }

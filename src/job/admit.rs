@@ -25,9 +25,9 @@ use super::generate::{GenerateError, Generator};
 use super::inputs::{parse_inputs, Input, InputsError, Prompt};
 use super::spec::{JobError, JobSpec};
 use crate::error::{Diagnose, Exit};
-use crate::model::digest::{model_digest, ModelDigestError};
+use crate::model::digest::{model_digest, ModelDigest, ModelDigestError};
 use crate::model::tokenizer::{
-    cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256,
+    cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256, TOKENIZER_FILE,
 };
 use crate::model::weights::{Checkpoint, WeightsError};
 use crate::restrict::{check_bytes, RestrictError};
@@ -444,7 +444,8 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
             found: model.digest.to_hex(),
         });
     }
-    let checkpoint = Checkpoint::load(&job.model)?;
+    // The hashed files themselves, not the paths again: the directory may have changed since.
+    let checkpoint = Checkpoint::load_from(model.checkpoint_files(&job.model))?;
 
     let limits = &policy.limits;
     let g = &job.generation;
@@ -491,7 +492,7 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
             .iter()
             .any(|i| !matches!(i.prompt, Prompt::Tokens(_)));
     let (tokenizer, tokenizer_digest) = if needs_text {
-        let (t, d) = load_tokenizer(&job)?;
+        let (t, d) = load_tokenizer(&job, &model)?;
         (Some(t), Some(d))
     } else {
         (None, None)
@@ -571,21 +572,29 @@ fn compare_reports(approved: &RestrictReport, found: &RestrictReport) -> Result<
 /// The tokenizer: `job.tokenizer`, else the model directory's `tokenizer.json` (bound by the
 /// model digest), else the fetched cache. One outside the model directory must be the official
 /// Gemma 3 file, checked by SHA-256, since the certificate does not bind it.
-fn load_tokenizer(job: &JobSpec) -> Result<(Tokenizer, Digest), Refusal> {
-    let in_model = job.model.join("tokenizer.json");
+fn load_tokenizer(job: &JobSpec, model: &ModelDigest) -> Result<(Tokenizer, Digest), Refusal> {
+    let in_model = job.model.join(TOKENIZER_FILE);
     let path = match &job.tokenizer {
         Some(p) => p.clone(),
-        None if in_model.exists() => in_model.clone(),
+        None if model.opened.contains_key(TOKENIZER_FILE) => in_model.clone(),
         None => cached_tokenizer_path()
             .filter(|p| p.exists())
             .ok_or_else(|| {
                 Refusal::NoTokenizer("no tokenizer.json in the model directory or the cache".into())
             })?,
     };
-    let bytes = std::fs::read(&path)
-        .map_err(|e| Refusal::NoTokenizer(format!("{}: {e}", path.display())))?;
     let bound_by_model =
         path.parent() == Some(job.model.as_path()) && path.file_name() == in_model.file_name();
+    let bytes = if bound_by_model {
+        // The file the model digest hashed, and only if its bytes are still the hashed ones.
+        model
+            .checkpoint_files(&job.model)
+            .read(TOKENIZER_FILE)
+            .map_err(WeightsError::from)?
+    } else {
+        std::fs::read(&path)
+            .map_err(|e| Refusal::NoTokenizer(format!("{}: {e}", path.display())))?
+    };
     if !bound_by_model {
         let sha = ring::digest::digest(&ring::digest::SHA256, &bytes);
         let hex: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
@@ -593,6 +602,6 @@ fn load_tokenizer(job: &JobSpec) -> Result<(Tokenizer, Digest), Refusal> {
             return Err(Refusal::TokenizerUnapproved { path, found: hex });
         }
     }
-    let tokenizer = Tokenizer::load(&path)?;
+    let tokenizer = Tokenizer::from_bytes(&path, &bytes)?;
     Ok((tokenizer, Digest::of(&bytes)))
 }

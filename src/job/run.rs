@@ -17,6 +17,7 @@ use serde_json::json;
 use super::admit::Admitted;
 use super::generate::{Finish, GenerateError, Settings};
 use crate::error::{Diagnose, Exit};
+use crate::model::files::FileError;
 use crate::model::tokenizer::TokenizerError;
 use crate::trust::keys::SecretKey;
 use crate::trust::policy::OutputKind;
@@ -55,6 +56,9 @@ pub enum RunFailure {
     /// The receipt could not be made.
     #[error(transparent)]
     Receipt(#[from] ReceiptError),
+    /// A model file was written while the job ran.
+    #[error(transparent)]
+    Model(#[from] FileError),
     /// Writing the outputs failed.
     #[error("cannot write {path}: {source}")]
     Io {
@@ -71,6 +75,7 @@ impl Diagnose for RunFailure {
             RunFailure::OutputExists(_) => Exit::BadInput,
             // An engine that does not fit the checkpoint is the inputs' fault, not the run's.
             RunFailure::Generate(e) => e.exit(),
+            RunFailure::Model(e) => e.exit(),
             _ => Exit::Failure,
         }
     }
@@ -80,6 +85,7 @@ impl Diagnose for RunFailure {
                 Some("choose a new output_dir in the job, or move the old results away".into())
             }
             RunFailure::Generate(e) => e.hint(),
+            RunFailure::Model(e) => e.hint(),
             _ => None,
         }
     }
@@ -198,6 +204,9 @@ pub fn run(
         })?);
         outputs.push(b'\n');
     }
+    // The receipt names the approved model: the tokens must have come from its bytes, so no
+    // file the checkpoint was read from may have been written since it was hashed.
+    admitted.generator().checkpoint().seal.check_unchanged()?;
     let cert = admitted.certificate();
     let facts = RunFacts {
         certificate_digest: cert.digest(),

@@ -155,6 +155,11 @@ mod defaults {
     pub const EOS: &[u32] = &[1, 106];
 }
 
+/// The configuration's file name.
+pub const CONFIG_FILE: &str = "config.json";
+/// The generation defaults' file name (optional).
+pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+
 /// Upper bounds that keep arithmetic on sizes far from overflow.
 const MAX_DIM: u64 = 1 << 20;
 const MAX_LAYERS: u64 = 4096;
@@ -284,13 +289,37 @@ fn rope_from(
 impl ModelConfig {
     /// Read `DIR/config.json` and, when present, `DIR/generation_config.json`.
     pub fn load(dir: &Path) -> Result<ModelConfig, ConfigError> {
-        let path = dir.join("config.json");
-        let value = read_json(&path)?;
-        let mut config = ModelConfig::from_value(&path, &value)?;
-        let gen_path = dir.join("generation_config.json");
-        if gen_path.exists() {
-            let generation = read_json(&gen_path)?;
-            if let Some(eos) = eos_ids(&gen_path, generation.get("eos_token_id"))? {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        let path = dir.join(CONFIG_FILE);
+        let bytes = read(&path)?;
+        let gen_path = dir.join(GENERATION_CONFIG_FILE);
+        let generation = match gen_path.exists() {
+            true => Some(read(&gen_path)?),
+            false => None,
+        };
+        ModelConfig::parse(
+            &path,
+            &bytes,
+            generation.as_deref().map(|b| (&*gen_path, b)),
+        )
+    }
+
+    /// Interpret the bytes of `config.json` and, when given, `generation_config.json`; the paths
+    /// name them in errors.
+    pub fn parse(
+        path: &Path,
+        bytes: &[u8],
+        generation: Option<(&Path, &[u8])>,
+    ) -> Result<ModelConfig, ConfigError> {
+        let mut config = ModelConfig::from_value(path, &parse_json(path, bytes)?)?;
+        if let Some((gen_path, bytes)) = generation {
+            let generation = parse_json(gen_path, bytes)?;
+            if let Some(eos) = eos_ids(gen_path, generation.get("eos_token_id"))? {
                 config.eos_token_ids = eos;
             }
         }
@@ -501,12 +530,8 @@ impl ModelConfig {
     }
 }
 
-fn read_json(path: &Path) -> Result<Value, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    parse_strict(&bytes).map_err(|e| ConfigError::Json {
+fn parse_json(path: &Path, bytes: &[u8]) -> Result<Value, ConfigError> {
+    parse_strict(bytes).map_err(|e| ConfigError::Json {
         path: path.to_owned(),
         detail: e.to_string(),
     })

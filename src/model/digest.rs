@@ -20,11 +20,14 @@
 //! are not part of the checkpoint (READMEs, `.git`), but any change to a counted file's bytes or
 //! name, or adding or removing one, changes it.
 
-use std::fs;
+use std::collections::BTreeMap;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::files::{CheckpointFiles, FileStamp, OpenFile};
 use crate::error::{Diagnose, Exit};
 use crate::trust::canonical::to_canonical_from;
 use crate::trust::digest::Digest;
@@ -55,12 +58,23 @@ pub struct ModelFile {
 }
 
 /// The model digest and the files it covers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ModelDigest {
     /// The digest certificates bind.
     pub digest: Digest,
     /// The counted files, sorted by name.
     pub files: Vec<ModelFile>,
+    /// The same files, still open, as they were hashed: what `exec` loads
+    /// ([`CheckpointFiles::sealed`]).
+    pub opened: BTreeMap<String, Arc<OpenFile>>,
+}
+
+impl ModelDigest {
+    /// The checkpoint's files as this digest saw them: loading from these reads and maps the
+    /// hashed files themselves, whatever the directory holds by now.
+    pub fn checkpoint_files(&self, dir: &Path) -> CheckpointFiles {
+        CheckpointFiles::sealed(dir, self.opened.clone())
+    }
 }
 
 /// Why a checkpoint directory could not be digested.
@@ -179,6 +193,7 @@ pub fn model_digest(dir: &Path) -> Result<ModelDigest, ModelDigestError> {
     };
     let root = fs::canonicalize(dir).map_err(read_dir_err)?;
     let mut files = Vec::new();
+    let mut opened = BTreeMap::new();
     for entry in fs::read_dir(&root).map_err(read_dir_err)? {
         let entry = entry.map_err(read_dir_err)?;
         let path = dir.join(entry.file_name());
@@ -193,7 +208,9 @@ pub fn model_digest(dir: &Path) -> Result<ModelDigest, ModelDigestError> {
             continue;
         }
         let resolved = resolve(&root, &path)?;
-        files.push(hash_file(name, &path, &resolved)?);
+        let (file, open) = hash_file(name, &path, &resolved)?;
+        opened.insert(file.name.clone(), Arc::new(open));
+        files.push(file);
     }
     if !files.iter().any(|f| f.name == "config.json") {
         return Err(ModelDigestError::Missing {
@@ -211,6 +228,7 @@ pub fn model_digest(dir: &Path) -> Result<ModelDigest, ModelDigestError> {
     Ok(ModelDigest {
         digest: digest_of_files(&files),
         files,
+        opened,
     })
 }
 
@@ -267,29 +285,49 @@ fn kind_of(t: &fs::FileType) -> &'static str {
     }
 }
 
-fn hash_file(name: String, path: &Path, resolved: &Path) -> Result<ModelFile, ModelDigestError> {
+/// Hash one file through the handle the loader will use, stamped before and checked after.
+#[allow(unsafe_code)]
+fn hash_file(
+    name: String,
+    path: &Path,
+    resolved: &Path,
+) -> Result<(ModelFile, OpenFile), ModelDigestError> {
     let read_err = |source| ModelDigestError::Read {
         path: path.to_owned(),
         source,
     };
-    let size = fs::metadata(resolved).map_err(read_err)?.len();
+    let file = File::open(resolved).map_err(read_err)?;
+    // Writing back any dirty pages write-protects them in every mapping, so a later write
+    // through someone's writable mapping faults and moves ctime (see `files`).
+    file.sync_all().map_err(read_err)?;
+    let stamp = FileStamp::settled(&file).map_err(read_err)?;
+    let size = stamp.size();
     if size > MAX_SIZE {
         return Err(ModelDigestError::TooLarge {
             path: path.to_owned(),
         });
     }
     let mut hasher = blake3::Hasher::new();
-    hasher.update_mmap(resolved).map_err(read_err)?;
-    if hasher.count() != size {
+    if size > 0 {
+        // SAFETY: read-only private view, dropped before returning; a change to the file while
+        // it is read shows in the stamp compared below and fails the digest.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?;
+        hasher.update(&map);
+    }
+    let after = FileStamp::of(&file).map_err(read_err)?;
+    if hasher.count() != size || after != stamp {
         return Err(ModelDigestError::Changed {
             path: path.to_owned(),
         });
     }
-    Ok(ModelFile {
-        name,
-        size,
-        blake3: Digest(*hasher.finalize().as_bytes()),
-    })
+    let blake3 = Digest(*hasher.finalize().as_bytes());
+    let open = OpenFile {
+        path: path.to_owned(),
+        file,
+        stamp,
+        blake3: Some(blake3),
+    };
+    Ok((ModelFile { name, size, blake3 }, open))
 }
 
 #[cfg(test)]

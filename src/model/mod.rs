@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod digest;
+pub mod files;
 pub mod pack;
 pub mod record;
 pub mod synthetic;

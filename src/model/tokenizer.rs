@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Diagnose, Exit};
 
+/// The tokenizer's file name, in a checkpoint directory or the cache.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
 /// SHA-256 of the official Gemma 3 `tokenizer.json` (262144 tokens).
 pub const GEMMA3_TOKENIZER_SHA256: &str =
     "4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795";
@@ -98,7 +101,17 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// Load a `tokenizer.json`.
     pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| TokenizerError::Load {
+        let bytes = std::fs::read(path).map_err(|e| TokenizerError::Load {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })?;
+        Tokenizer::from_bytes(path, &bytes)
+    }
+
+    /// Parse the bytes of a `tokenizer.json` (the ones that were checked); `path` names it in
+    /// errors.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Tokenizer, TokenizerError> {
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Load {
             path: path.to_owned(),
             detail: e.to_string(),
         })?;

@@ -8,14 +8,14 @@
 //! for is an error, as is a missing tensor, a wrong shape or an unsupported dtype.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use safetensors::tensor::{Dtype as StDtype, Metadata};
 use safetensors::SafeTensors;
 
-use super::config::{ConfigError, ModelConfig};
+use super::config::{ConfigError, ModelConfig, CONFIG_FILE, GENERATION_CONFIG_FILE};
+use super::files::{CheckpointFiles, FileError, OpenFile, Seal};
 use crate::error::{Diagnose, Exit};
 use crate::kernels::tensor::{Backing, WeightBytes};
 use crate::kernels::{DType, Weight};
@@ -51,6 +51,9 @@ pub enum WeightsError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A checkpoint file could not be read, or differs from what the model digest hashed.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// Neither `model.safetensors` nor `model.safetensors.index.json` exists.
     #[error("{dir} holds no {SINGLE_FILE} or {INDEX_FILE}")]
     NoWeights {
@@ -123,12 +126,14 @@ impl Diagnose for WeightsError {
     fn exit(&self) -> Exit {
         match self {
             WeightsError::Config(e) => e.exit(),
+            WeightsError::File(e) => e.exit(),
             _ => Exit::BadInput,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
             WeightsError::Config(e) => e.hint(),
+            WeightsError::File(e) => e.hint(),
             WeightsError::Corrupt { .. } => {
                 Some("the file may be truncated; copy or download it again".into())
             }
@@ -187,6 +192,8 @@ pub struct Checkpoint {
     pub lm_head: Weight,
     /// Total bytes of the weights the model uses.
     pub weight_bytes: u64,
+    /// The files it was read from, to show they were not written since.
+    pub seal: Seal,
 }
 
 struct Entry {
@@ -204,16 +211,15 @@ struct Files {
 }
 
 #[allow(unsafe_code)]
-fn map_file(path: &Path) -> Result<Backing, WeightsError> {
-    let read = |source| WeightsError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = File::open(path).map_err(read)?;
+fn map_file(open: &OpenFile) -> Result<Backing, WeightsError> {
     // SAFETY: the map is read-only and private to this process. Rust's aliasing rules would be
-    // broken only if the file changed underneath us while mapped; the runner's model directory
-    // is operator-controlled inside the enclave, and `exec` hashes the mapped bytes it runs on.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read)?;
+    // broken only if the file changed underneath us while mapped: `exec` maps the very file its
+    // model digest hashed, and before signing fails the job if that file was written since
+    // (`files::Seal`); the model directory is operator-controlled inside the enclave.
+    let map = unsafe { memmap2::Mmap::map(&open.file) }.map_err(|source| WeightsError::Read {
+        path: open.path.clone(),
+        source,
+    })?;
     Ok(Arc::new(MappedFile(map)))
 }
 
@@ -256,19 +262,19 @@ fn dtype_of(d: StDtype) -> Option<DType> {
 }
 
 impl Files {
-    fn open(dir: &Path) -> Result<Files, WeightsError> {
+    fn open(source: &mut CheckpointFiles) -> Result<Files, WeightsError> {
+        let dir = source.dir().to_owned();
         let mut files = Files {
-            dir: dir.to_owned(),
+            dir: dir.clone(),
             paths: Vec::new(),
             maps: Vec::new(),
             entries: BTreeMap::new(),
         };
-        let single = dir.join(SINGLE_FILE);
         let index = dir.join(INDEX_FILE);
-        if index.exists() {
-            let shards = read_index(&index)?;
+        if source.exists(INDEX_FILE) {
+            let shards = read_index(&index, &source.read(INDEX_FILE)?)?;
             for (shard, names) in shards {
-                let fi = files.add_file(&dir.join(&shard))?;
+                let fi = files.add_file(&*source.open(&shard)?)?;
                 for name in names {
                     match files.entries.get(&name) {
                         Some(e) if e.file == fi => {}
@@ -283,18 +289,17 @@ impl Files {
                     }
                 }
             }
-        } else if single.exists() {
-            files.add_file(&single)?;
+        } else if source.exists(SINGLE_FILE) {
+            files.add_file(&*source.open(SINGLE_FILE)?)?;
         } else {
-            return Err(WeightsError::NoWeights {
-                dir: dir.to_owned(),
-            });
+            return Err(WeightsError::NoWeights { dir });
         }
         Ok(files)
     }
 
-    fn add_file(&mut self, path: &Path) -> Result<usize, WeightsError> {
-        let map = map_file(path)?;
+    fn add_file(&mut self, open: &OpenFile) -> Result<usize, WeightsError> {
+        let path = open.path.as_path();
+        let map = map_file(open)?;
         let corrupt = |detail: String| WeightsError::Corrupt {
             path: path.to_owned(),
             detail,
@@ -377,16 +382,15 @@ fn is_vision(name: &str) -> bool {
 }
 
 /// Shard file name -> tensor names, from `model.safetensors.index.json`.
-fn read_index(path: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, WeightsError> {
+fn read_index(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<BTreeMap<String, BTreeSet<String>>, WeightsError> {
     let bad = |detail: String| WeightsError::Index {
         path: path.to_owned(),
         detail,
     };
-    let bytes = std::fs::read(path).map_err(|source| WeightsError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let value = parse_strict(&bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let value = parse_strict(bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let map = value
         .get("weight_map")
         .and_then(|m| m.as_object())
@@ -411,10 +415,30 @@ fn read_index(path: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, Weights
 }
 
 impl Checkpoint {
-    /// Load `DIR/config.json` and its weights.
+    /// Load `DIR/config.json` and its weights, opening them by path.
     pub fn load(dir: &Path) -> Result<Checkpoint, WeightsError> {
-        let config = ModelConfig::load(dir)?;
-        let mut files = Files::open(dir)?;
+        Checkpoint::load_from(CheckpointFiles::by_path(dir))
+    }
+
+    /// Load from `source`: in `exec`, the very files the model digest hashed.
+    pub fn load_from(mut source: CheckpointFiles) -> Result<Checkpoint, WeightsError> {
+        let dir = source.dir().to_owned();
+        let config = {
+            let path = dir.join(CONFIG_FILE);
+            let bytes = source.read(CONFIG_FILE)?;
+            let generation = match source.exists(GENERATION_CONFIG_FILE) {
+                true => Some(source.read(GENERATION_CONFIG_FILE)?),
+                false => None,
+            };
+            let gen_path = dir.join(GENERATION_CONFIG_FILE);
+            ModelConfig::parse(
+                &path,
+                &bytes,
+                generation.as_deref().map(|b| (&*gen_path, b)),
+            )?
+        };
+        let dir = dir.as_path();
+        let mut files = Files::open(&mut source)?;
         let prefix = TEXT_PREFIXES
             .iter()
             .find(|p| {
@@ -503,6 +527,7 @@ impl Checkpoint {
             norm,
             lm_head,
             weight_bytes,
+            seal: source.into_seal(),
         })
     }
 }
