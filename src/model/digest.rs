@@ -309,7 +309,7 @@ fn hash_file(
     }
     let mut hasher = blake3::Hasher::new();
     if size > 0 {
-        // SAFETY: read-only private view, dropped before returning; a change to the file while
+        // SAFETY: a read-only view, dropped before returning; a change to the file while
         // it is read shows in the stamp compared below and fails the digest.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?;
         hasher.update(&map);
