@@ -152,6 +152,53 @@ fn in_process_table_says_the_peak_is_process_wide() {
 }
 
 #[test]
+fn scaling_times_every_thread_count_in_turn_and_compares_their_tokens() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let model = tiny_model(dir.path());
+    let out = bench(
+        &model,
+        &[
+            "--batch",
+            "3,1",
+            "--scaling",
+            "1,2",
+            "--repeat",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    assert_eq!(report["repeat"], 2);
+    let rows = report["rows"].as_array().expect("rows");
+    let shape: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r["batch"].as_u64().unwrap(), r["threads"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(shape, [(1, 1), (1, 2), (3, 1), (3, 2)]);
+    for r in rows {
+        assert_eq!(r["runs"].as_array().map(Vec::len), Some(2), "{r}");
+        assert_eq!(r["same_tokens"], true, "thread counts disagree: {r}");
+        assert!(number(r, "decode_tokens_per_s") > 0.0, "{r}");
+        assert!(number(r, "decode_speedup") > 0.0, "{r}");
+    }
+    // Speed-ups are relative to the first count.
+    assert_eq!(number(&rows[0], "decode_speedup"), 1.0);
+    assert_eq!(number(&rows[2], "prefill_speedup"), 1.0);
+
+    let table = bench(&model, &["--batch", "2", "--scaling", "2,1"]);
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    assert!(
+        table.starts_with("thread scaling: prompt 4, 3 new tokens"),
+        "{table}"
+    );
+    assert!(table.contains("decode speed-up"), "{table}");
+    assert_eq!(table.matches("same").count(), 2, "{table}");
+}
+
+#[test]
 fn rejects_a_batch_size_of_zero() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let model = tiny_model(dir.path());

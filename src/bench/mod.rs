@@ -15,6 +15,7 @@
 
 pub mod memory;
 pub mod probe;
+pub mod scaling;
 
 use std::time::Instant;
 
@@ -95,6 +96,15 @@ pub fn time_run(
     prompts: &[Vec<u32>],
     new_tokens: usize,
 ) -> Result<Timing, GenerateError> {
+    time_run_tokens(gen, prompts, new_tokens).map(|(timing, _)| timing)
+}
+
+/// [`time_run`], also returning every step's ids (step by step, `batch` per step).
+pub fn time_run_tokens(
+    gen: &Generator,
+    prompts: &[Vec<u32>],
+    new_tokens: usize,
+) -> Result<(Timing, Vec<u32>), GenerateError> {
     let batch = prompts.len();
     let len = prompts.first().map_or(0, Vec::len);
     let vocab = gen.checkpoint().config.vocab_size;
@@ -114,11 +124,12 @@ pub fn time_run(
         }
     }
     if batch == 0 {
-        return Ok(Timing {
+        let none = Timing {
             prefill_s: 0.0,
             decode_s: 0.0,
             decode_steps: 0,
-        });
+        };
+        return Ok((none, Vec::new()));
     }
     let model = gen.fresh_model(batch, len + new_tokens)?;
     let tokens = prompts.concat();
@@ -132,15 +143,20 @@ pub fn time_run(
     let prefill_s = t.elapsed().as_secs_f64();
     let decode_steps = new_tokens.saturating_sub(1);
     let t = Instant::now();
+    let mut tokens = Vec::with_capacity(batch * new_tokens);
     for s in 0..decode_steps {
+        tokens.extend_from_slice(&ids);
         let pos = vec![(len + s) as u32; batch];
         ids = ids_of(gen.step(&model, ids, pos, pad.clone())?, batch)?;
     }
-    Ok(Timing {
+    let decode_s = t.elapsed().as_secs_f64();
+    tokens.extend_from_slice(&ids);
+    let timing = Timing {
         prefill_s,
-        decode_s: t.elapsed().as_secs_f64(),
+        decode_s,
         decode_steps,
-    })
+    };
+    Ok((timing, tokens))
 }
 
 /// One untimed single-token step at `batch`: pages in every weight the batch size reads (and
@@ -501,6 +517,34 @@ fn fmt_num(v: f64, decimals: usize) -> String {
     }
 }
 
+/// Right-aligned columns, two spaces apart, under `header`.
+fn render_table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .filter_map(|r| r.get(i).map(String::len))
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(&header.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>());
+    for r in &rows {
+        out.push_str(&line(r));
+    }
+    out
+}
+
 fn fmt_mib(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |b| format!("{:.1}", b as f64 / MIB))
 }
@@ -613,29 +657,7 @@ impl Report {
                 ]
             })
             .collect();
-        let widths: Vec<usize> = header
-            .iter()
-            .enumerate()
-            .map(|(i, h)| {
-                rows.iter()
-                    .filter_map(|r| r.get(i).map(String::len))
-                    .chain([h.len()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let line = |cells: Vec<String>| {
-            let padded: Vec<String> = cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:>w$}"))
-                .collect();
-            format!("{}\n", padded.join("  ").trim_end())
-        };
-        out.push_str(&line(header.iter().map(|h| (*h).to_owned()).collect()));
-        for r in rows {
-            out.push_str(&line(r));
-        }
+        out.push_str(&render_table(&header, rows));
         out
     }
 }

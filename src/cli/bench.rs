@@ -48,6 +48,12 @@ pub struct BenchArgs {
     /// Kernel threads (default: RUNNER_THREADS, else every available core).
     #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
     threads: Option<usize>,
+    /// Instead of the report: time each batch size at each of these thread counts
+    /// (comma-separated, e.g. 1,2), alternating between them within every repetition, and
+    /// print each count's speed-up over the first (medians of --repeat rounds).
+    #[arg(long, value_delimiter = ',', value_name = "THREADS",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    scaling: Vec<usize>,
     /// Timed runs per batch size; times reported are medians.
     #[arg(long, default_value_t = 1,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1000))]
@@ -151,6 +157,9 @@ pub fn bench(args: BenchArgs) -> CliResult {
     let checked = restrict::check_bytes(&bytes, &args.engine.display().to_string(), &policy)?;
     let ck = Arc::new(Checkpoint::load(&args.model)?);
 
+    if !args.scaling.is_empty() {
+        return scaling(&args, checked, ck, &batches);
+    }
     if args.worker {
         let scope = if batches.len() == 1 {
             RssScope::PerBatch
@@ -232,6 +241,44 @@ pub fn bench(args: BenchArgs) -> CliResult {
         super::print(&format!("{:#}\n", report.to_json()))
     } else {
         super::print(&report.to_table())
+    }
+}
+
+/// `--scaling`: every batch size at every thread count, in this process.
+fn scaling(
+    args: &BenchArgs,
+    checked: restrict::Checked,
+    ck: Arc<Checkpoint>,
+    batches: &[usize],
+) -> CliResult {
+    let gen = Generator::new(checked, "main", ck)?;
+    let mut rows = Vec::new();
+    for &b in batches {
+        progress(args.verbose, || format!("batch {b}: warm-up"));
+        rows.extend(bench::scaling::run_scaling(
+            &gen,
+            b,
+            args.prompt_len,
+            args.new_tokens,
+            args.repeat,
+            &args.scaling,
+            |round, t| {
+                progress(args.verbose, || {
+                    format!(
+                        "batch {b}: round {}/{}, {t} threads",
+                        round + 1,
+                        args.repeat
+                    )
+                })
+            },
+        )?);
+    }
+    let (p, n, r) = (args.prompt_len, args.new_tokens, args.repeat);
+    if args.json {
+        let json = bench::scaling::to_json(&rows, p, n, r);
+        super::print(&format!("{json:#}\n"))
+    } else {
+        super::print(&bench::scaling::to_table(&rows, p, n, r))
     }
 }
 
