@@ -12,6 +12,7 @@
 //! - [`kernels`]: the tensor operations the engine language calls.
 //! - [`bench`]: `runner bench`'s measurements (throughput, peak memory, machine probes).
 //! - [`atomic`]: atomic file writes (temporary file, fsync, rename).
+//! - [`heap`]: the binary's allocator (large blocks kept for reuse).
 //! - [`cli`]: the command-line front end; thin glue over the modules above.
 //! - [`error`]: how every module's errors map to exit codes and hints.
 
@@ -19,6 +20,7 @@ pub mod atomic;
 pub mod bench;
 pub mod cli;
 pub mod error;
+pub mod heap;
 pub mod job;
 #[allow(unsafe_code)] // SIMD kernels; every block carries a SAFETY comment.
 pub mod kernels;

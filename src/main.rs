@@ -3,12 +3,17 @@
 
 use std::process::ExitCode;
 
+/// Large blocks are kept for reuse instead of being mapped afresh each time (see `runner::heap`).
+#[global_allocator]
+static ALLOCATOR: runner::heap::Allocator = runner::heap::Allocator::new();
+
 fn main() -> ExitCode {
     fix_heap_growth();
     runner::cli::main()
 }
 
-/// Every allocation of 1 MiB or more gets its own mapping, returned to the system when freed.
+/// Every allocation of 1 MiB or more that the allocator above does not take (over-aligned ones)
+/// gets its own mapping, returned to the system when freed.
 ///
 /// glibc raises this threshold whenever a mapped block is freed (up to 32 MiB), after which
 /// activations of a few MiB come from the heap instead, and a run whose sizes vary (a warm-up,
