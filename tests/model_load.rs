@@ -210,6 +210,20 @@ fn rejects_unsupported_dtype() {
 }
 
 #[test]
+fn a_directory_without_config_json_is_a_configuration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny(dir.path());
+    std::fs::remove_file(dir.path().join("config.json")).unwrap();
+    let err = Checkpoint::load(dir.path()).unwrap_err();
+    assert!(
+        matches!(&err, WeightsError::Config(ConfigError::Read { path, .. }) if path.ends_with("config.json")),
+        "{err:?}"
+    );
+    assert_eq!(err.exit(), Exit::BadInput);
+    assert!(err.hint().unwrap().contains("containing config.json"));
+}
+
+#[test]
 fn rejects_truncated_file() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny(dir.path());

@@ -289,37 +289,34 @@ fn rope_from(
 impl ModelConfig {
     /// Read `DIR/config.json` and, when present, `DIR/generation_config.json`.
     pub fn load(dir: &Path) -> Result<ModelConfig, ConfigError> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|source| ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            })
-        };
-        let path = dir.join(CONFIG_FILE);
-        let bytes = read(&path)?;
-        let gen_path = dir.join(GENERATION_CONFIG_FILE);
-        let generation = match gen_path.exists() {
-            true => Some(read(&gen_path)?),
-            false => None,
-        };
-        ModelConfig::parse(
-            &path,
-            &bytes,
-            generation.as_deref().map(|b| (&*gen_path, b)),
-        )
+        ModelConfig::load_with(dir, |name| {
+            let path = dir.join(name);
+            if !path.exists() {
+                return Ok(None);
+            }
+            std::fs::read(&path)
+                .map(Some)
+                .map_err(|source| ConfigError::Read { path, source })
+        })
     }
 
-    /// Interpret the bytes of `config.json` and, when given, `generation_config.json`; the paths
-    /// name them in errors.
-    pub fn parse(
-        path: &Path,
-        bytes: &[u8],
-        generation: Option<(&Path, &[u8])>,
-    ) -> Result<ModelConfig, ConfigError> {
-        let mut config = ModelConfig::from_value(path, &parse_json(path, bytes)?)?;
-        if let Some((gen_path, bytes)) = generation {
-            let generation = parse_json(gen_path, bytes)?;
-            if let Some(eos) = eos_ids(gen_path, generation.get("eos_token_id"))? {
+    /// [`ModelConfig::load`] through `read`: a file name of `dir` to its bytes, `None` when the
+    /// checkpoint has no such file (by path, or from the files a model digest hashed).
+    pub fn load_with<E: From<ConfigError>>(
+        dir: &Path,
+        mut read: impl FnMut(&str) -> Result<Option<Vec<u8>>, E>,
+    ) -> Result<ModelConfig, E> {
+        let path = dir.join(CONFIG_FILE);
+        let bytes = read(CONFIG_FILE)?.ok_or_else(|| ConfigError::Read {
+            path: path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        })?;
+        let generation = read(GENERATION_CONFIG_FILE)?;
+        let mut config = ModelConfig::from_value(&path, &parse_json(&path, &bytes)?)?;
+        if let Some(bytes) = generation {
+            let gen_path = dir.join(GENERATION_CONFIG_FILE);
+            let generation = parse_json(&gen_path, &bytes)?;
+            if let Some(eos) = eos_ids(&gen_path, generation.get("eos_token_id"))? {
                 config.eos_token_ids = eos;
             }
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use safetensors::tensor::{Dtype as StDtype, Metadata};
 use safetensors::SafeTensors;
 
-use super::config::{ConfigError, ModelConfig, CONFIG_FILE, GENERATION_CONFIG_FILE};
+use super::config::{ConfigError, ModelConfig};
 use super::files::{CheckpointFiles, FileError, OpenFile, Seal};
 use crate::error::{Diagnose, Exit};
 use crate::kernels::tensor::{Backing, WeightBytes};
@@ -423,20 +423,17 @@ impl Checkpoint {
     /// Load from `source`: in `exec`, the very files the model digest hashed.
     pub fn load_from(mut source: CheckpointFiles) -> Result<Checkpoint, WeightsError> {
         let dir = source.dir().to_owned();
-        let config = {
-            let path = dir.join(CONFIG_FILE);
-            let bytes = source.read(CONFIG_FILE)?;
-            let generation = match source.exists(GENERATION_CONFIG_FILE) {
-                true => Some(source.read(GENERATION_CONFIG_FILE)?),
-                false => None,
-            };
-            let gen_path = dir.join(GENERATION_CONFIG_FILE);
-            ModelConfig::parse(
-                &path,
-                &bytes,
-                generation.as_deref().map(|b| (&*gen_path, b)),
-            )?
-        };
+        // A missing or unreadable config.json is a configuration error (exit 2, with its hint);
+        // one that changed since it was hashed stays a refusal.
+        let config = ModelConfig::load_with(&dir, |name| {
+            if !source.exists(name) {
+                return Ok(None);
+            }
+            source.read(name).map(Some).map_err(|e| match e {
+                FileError::Read { path, source } => ConfigError::Read { path, source }.into(),
+                changed => WeightsError::File(changed),
+            })
+        })?;
         let dir = dir.as_path();
         let mut files = Files::open(&mut source)?;
         let prefix = TEXT_PREFIXES
