@@ -52,8 +52,15 @@ pub fn rms_norm(x: &Tensor, w: &Weight, eps: f32, offset: f32) -> Result<Tensor,
     if d > 0 {
         parallel::for_rows(&mut out, d, MIN_TASK_ELEMS.div_ceil(d), |rows, dst| {
             let s = &src[rows.start * d..rows.end * d];
-            for (o, xr) in dst.chunks_exact_mut(d).zip(s.chunks_exact(d)) {
-                norm_row(xr, &gain, eps, o);
+            let group = GROUP * d;
+            let mut dst = dst.chunks_exact_mut(group);
+            let mut s = s.chunks_exact(group);
+            for (o, xr) in (&mut dst).zip(&mut s) {
+                norm_rows::<GROUP>(xr, &gain, eps, o);
+            }
+            let (o, xr) = (dst.into_remainder(), s.remainder());
+            for (o, xr) in o.chunks_exact_mut(d).zip(xr.chunks_exact(d)) {
+                norm_rows::<1>(xr, &gain, eps, o);
             }
         });
     }
@@ -63,12 +70,28 @@ pub fn rms_norm(x: &Tensor, w: &Weight, eps: f32, offset: f32) -> Result<Tensor,
     })
 }
 
+/// Rows normed together by [`norm_rows`].
+const GROUP: usize = 8;
+
+/// `R` consecutive rows of `gain.len()` values each. Every row's sum of squares is its own
+/// chain of f64 additions in ascending order (so the same sum as a row alone); interleaving
+/// `R` independent chains hides the latency of each addition, which alone bounds one chain.
 #[inline]
-fn norm_row(x: &[f32], gain: &[f32], eps: f32, out: &mut [f32]) {
-    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
-    let mean = sum as f32 / x.len() as f32;
-    let r = 1.0 / (mean + eps).sqrt();
-    for ((o, &v), &g) in out.iter_mut().zip(x).zip(gain) {
-        *o = (v * r) * g;
+fn norm_rows<const R: usize>(x: &[f32], gain: &[f32], eps: f32, out: &mut [f32]) {
+    let d = gain.len();
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &x[r * d..][..d]);
+    let mut sums = [0.0f64; R];
+    for c in 0..d {
+        for (sum, row) in sums.iter_mut().zip(&rows) {
+            let v = row[c];
+            *sum += f64::from(v * v);
+        }
+    }
+    for (r, (o, xr)) in out.chunks_exact_mut(d).zip(rows).enumerate() {
+        let mean = sums[r] as f32 / d as f32;
+        let inv = 1.0 / (mean + eps).sqrt();
+        for ((o, &v), &g) in o.iter_mut().zip(xr).zip(gain) {
+            *o = (v * inv) * g;
+        }
     }
 }

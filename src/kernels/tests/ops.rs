@@ -195,6 +195,26 @@ fn rms_norm_is_bit_identical_across_thread_counts() {
 }
 
 #[test]
+fn rms_norm_of_many_rows_equals_each_row_alone() {
+    // Rows are normed in interleaved groups; each must still get exactly its lone-row result.
+    let mut rng = Rng::new(9);
+    for d in [1usize, 7, 256, 640] {
+        let x = tensor(&[19, d], &mut rng, 3.0);
+        let w = weight(DType::BF16, &[d], &mut rng, 0.5);
+        let all = rms_norm(&x, &w, 1e-6, 1.0).expect("valid");
+        for (r, row) in x.data().chunks_exact(d).enumerate() {
+            let one = Tensor::new(vec![1, d], row.to_vec()).expect("shape");
+            let alone = rms_norm(&one, &w, 1e-6, 1.0).expect("valid");
+            assert_eq!(
+                bits(&alone),
+                bits(&all)[r * d..(r + 1) * d].to_vec(),
+                "row {r} of d {d}"
+            );
+        }
+    }
+}
+
+#[test]
 fn rejects_rms_norm_weight_of_wrong_length() {
     let x = Tensor::zeros(vec![2, 8]);
     let w = Weight::from_f32(vec![7], &[0.0; 7]).expect("shape");
