@@ -108,6 +108,7 @@ fn json_report_has_every_field_for_each_batch_size() {
         assert_eq!(row["decode_steps"], 2);
         assert_eq!(row["runs"].as_array().map(Vec::len), Some(1));
         assert_eq!(row["rss_scope"], "per_batch");
+        assert!(row.get("decode_profile").is_none(), "only with --profile");
         let b = row["batch"].as_u64().unwrap_or(0);
         // f32 KV: 6 layers x 2 (k, v) x batch x 1 kv head x 16 x 4 bytes x 7 columns (the
         // window of 8 is longer than prompt + new).
@@ -196,6 +197,61 @@ fn scaling_times_every_thread_count_in_turn_and_compares_their_tokens() {
     );
     assert!(table.contains("decode speed-up"), "{table}");
     assert_eq!(table.matches("same").count(), 2, "{table}");
+}
+
+#[test]
+fn profile_counts_every_engine_operation_of_the_decode_steps() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let model = tiny_model(dir.path());
+    let out = bench(&model, &["--batch", "2", "--profile", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    let row = &report["batches"][0];
+    // The profiled run is an extra one: the medians still come from --repeat runs.
+    assert_eq!(row["runs"].as_array().map(Vec::len), Some(1), "{row}");
+    let profile = &row["decode_profile"];
+    let ops = profile["ops"].as_array().unwrap_or_else(|| panic!("{row}"));
+    let calls = |op: &str| {
+        ops.iter()
+            .find(|o| o["op"] == op)
+            .and_then(|o| o["calls"].as_u64())
+            .unwrap_or_else(|| panic!("no {op} in {profile}"))
+    };
+    // 2 decode steps of the tiny spec's 6 layers: q, k, v, o, gate, up, down per layer; one
+    // attention and six norms per layer plus the final norm; the head fused with argmax.
+    assert_eq!(calls("linear"), 2 * 6 * 7);
+    assert_eq!(calls("attention"), 2 * 6);
+    assert_eq!(calls("rms_norm"), 2 * (6 * 6 + 1));
+    assert_eq!(calls("linear+argmax"), 2);
+    assert!(ops.iter().all(|o| o["op"] != "argmax"), "{profile}");
+    let seconds: Vec<f64> = ops.iter().map(|o| number(o, "seconds")).collect();
+    assert!(
+        seconds.windows(2).all(|w| w[0] >= w[1]),
+        "most time first: {profile}"
+    );
+    let in_ops: f64 = seconds.iter().sum();
+    let decode_s = number(profile, "decode_s");
+    assert!(in_ops > 0.0 && in_ops <= decode_s, "{profile}");
+    let outside = number(profile, "outside_ops_s");
+    assert!((in_ops + outside - decode_s).abs() < 1e-6, "{profile}");
+
+    let table = bench(&model, &["--batch", "1", "--profile"]);
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    assert!(
+        table.contains("decode profile, batch 1: one extra run's 2 decode steps"),
+        "{table}"
+    );
+    assert!(table.contains("linear+argmax") && table.contains("(outside operations)"));
+
+    let both = bench(&model, &["--profile", "--scaling", "1,2"]);
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
+    assert!(
+        text(&both.stderr).contains("--scaling"),
+        "{}",
+        text(&both.stderr)
+    );
 }
 
 #[test]

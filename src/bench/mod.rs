@@ -24,6 +24,7 @@ use serde_json::{json, Value as Json};
 
 use crate::job::generate::{GenerateError, Generator};
 use crate::model::weights::Checkpoint;
+use crate::restrict::profile::{self, OpTime};
 use crate::restrict::Value;
 
 /// Seed of the synthetic prompt ids (scripts/bench/compare_pytorch.py draws the same ones).
@@ -105,6 +106,34 @@ pub fn time_run_tokens(
     prompts: &[Vec<u32>],
     new_tokens: usize,
 ) -> Result<(Timing, Vec<u32>), GenerateError> {
+    run_steps(gen, prompts, new_tokens, false).map(|r| (r.timing, r.tokens))
+}
+
+/// [`time_run`] with every engine operation of the decode steps timed
+/// ([`restrict::profile`](crate::restrict::profile)): the run's times and each operation's share.
+pub fn time_run_profiled(
+    gen: &Generator,
+    prompts: &[Vec<u32>],
+    new_tokens: usize,
+) -> Result<(Timing, Vec<OpTime>), GenerateError> {
+    run_steps(gen, prompts, new_tokens, true).map(|r| (r.timing, r.ops))
+}
+
+/// What [`run_steps`] measured.
+struct Steps {
+    timing: Timing,
+    /// Every step's ids.
+    tokens: Vec<u32>,
+    /// The decode steps' operations (empty unless profiled).
+    ops: Vec<OpTime>,
+}
+
+fn run_steps(
+    gen: &Generator,
+    prompts: &[Vec<u32>],
+    new_tokens: usize,
+    profile_decode: bool,
+) -> Result<Steps, GenerateError> {
     let batch = prompts.len();
     let len = prompts.first().map_or(0, Vec::len);
     let vocab = gen.checkpoint().config.vocab_size;
@@ -129,7 +158,11 @@ pub fn time_run_tokens(
             decode_s: 0.0,
             decode_steps: 0,
         };
-        return Ok((none, Vec::new()));
+        return Ok(Steps {
+            timing: none,
+            tokens: Vec::new(),
+            ops: Vec::new(),
+        });
     }
     let model = gen.fresh_model(batch, len + new_tokens)?;
     let tokens = prompts.concat();
@@ -142,21 +175,41 @@ pub fn time_run_tokens(
     )?;
     let prefill_s = t.elapsed().as_secs_f64();
     let decode_steps = new_tokens.saturating_sub(1);
+    if profile_decode {
+        profile::start();
+    }
     let t = Instant::now();
     let mut tokens = Vec::with_capacity(batch * new_tokens);
-    for s in 0..decode_steps {
-        tokens.extend_from_slice(&ids);
-        let pos = vec![(len + s) as u32; batch];
-        ids = ids_of(gen.step(&model, ids, pos, pad.clone())?, batch)?;
-    }
+    let mut decode = || -> Result<(), GenerateError> {
+        for s in 0..decode_steps {
+            tokens.extend_from_slice(&ids);
+            let pos = vec![(len + s) as u32; batch];
+            ids = ids_of(
+                gen.step(&model, std::mem::take(&mut ids), pos, pad.clone())?,
+                batch,
+            )?;
+        }
+        Ok(())
+    };
+    let decoded = decode();
     let decode_s = t.elapsed().as_secs_f64();
+    let ops = if profile_decode {
+        profile::stop()
+    } else {
+        Vec::new()
+    };
+    decoded?;
     tokens.extend_from_slice(&ids);
     let timing = Timing {
         prefill_s,
         decode_s,
         decode_steps,
     };
-    Ok((timing, tokens))
+    Ok(Steps {
+        timing,
+        tokens,
+        ops,
+    })
 }
 
 /// One untimed single-token step at `batch`: pages in every weight the batch size reads (and
@@ -191,32 +244,58 @@ pub struct BatchRun {
     pub peak_rss_bytes: Option<u64>,
     /// What that peak covers.
     pub rss_scope: RssScope,
+    /// With `--profile`: one extra run with each engine operation's calls and time over its
+    /// decode steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiled: Option<ProfiledRun>,
+}
+
+/// A run whose decode steps were profiled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfiledRun {
+    /// Its times.
+    pub timing: Timing,
+    /// Each engine operation of its decode steps, most time first.
+    pub ops: Vec<OpTime>,
 }
 
 /// Warm up once, then time `repeat` runs of `batch` prompts. `on_run(i)` is called before run
-/// `i` (for progress output).
+/// `i` (for progress output; `i == repeat` is the profiled run). With `profile`, one more run
+/// after the timed ones times every engine operation of its decode steps; it is not one of
+/// the runs the medians are taken over.
 pub fn run_batch(
     gen: &Generator,
     batch: usize,
-    prompt_len: usize,
-    new_tokens: usize,
+    shape: (usize, usize),
     repeat: usize,
+    profile: bool,
     rss_scope: RssScope,
     mut on_run: impl FnMut(usize),
 ) -> Result<BatchRun, GenerateError> {
+    let (prompt_len, new_tokens) = shape;
     let c = &gen.checkpoint().config;
     let prompts = prompts(batch, prompt_len, c.vocab_size, c.bos_token_id);
     warm_up(gen, batch)?;
+    let repeat = repeat.max(1);
     let mut runs = Vec::with_capacity(repeat);
-    for i in 0..repeat.max(1) {
+    for i in 0..repeat {
         on_run(i);
         runs.push(time_run(gen, &prompts, new_tokens)?);
     }
+    let peak_rss_bytes = memory::peak_rss();
+    let profiled = if profile {
+        on_run(repeat);
+        let (timing, ops) = time_run_profiled(gen, &prompts, new_tokens)?;
+        Some(ProfiledRun { timing, ops })
+    } else {
+        None
+    };
     Ok(BatchRun {
         batch,
         runs,
-        peak_rss_bytes: memory::peak_rss(),
+        peak_rss_bytes,
         rss_scope,
+        profiled,
     })
 }
 
@@ -379,6 +458,20 @@ pub struct BatchReport {
     pub prefill_fma_fraction: f64,
     /// Every run's times.
     pub runs: Vec<Timing>,
+    /// With `--profile`: [`BatchRun::decode_profile`], and the decode time of that run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_profile: Option<DecodeProfile>,
+}
+
+/// Where the decode steps of one extra run spent their time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecodeProfile {
+    /// That run's decode time, seconds.
+    pub decode_s: f64,
+    /// Each engine operation, most time first.
+    pub ops: Vec<OpTime>,
+    /// Decode time outside every operation (the interpreter, step set-up), seconds.
+    pub outside_ops_s: f64,
 }
 
 /// The median of `v` (the mean of the middle two for an even count); 0 for none.
@@ -467,6 +560,14 @@ impl BatchReport {
             prefill_peak_fraction: ratio(prefill_gflops, peak_gflops),
             prefill_fma_fraction: ratio(prefill_gflops, fma_gflops),
             runs: run.runs.clone(),
+            decode_profile: run.profiled.as_ref().map(|p| {
+                let in_ops: f64 = p.ops.iter().map(|o| o.seconds).sum();
+                DecodeProfile {
+                    decode_s: p.timing.decode_s,
+                    ops: p.ops.clone(),
+                    outside_ops_s: (p.timing.decode_s - in_ops).max(0.0),
+                }
+            }),
         }
     }
 }
@@ -658,7 +759,43 @@ impl Report {
             })
             .collect();
         out.push_str(&render_table(&header, rows));
+        for r in &self.batches {
+            if let Some(p) = &r.decode_profile {
+                out.push_str(&p.to_table(r.batch, r.decode_steps));
+            }
+        }
         out
+    }
+}
+
+impl DecodeProfile {
+    /// The profile as a heading and one line per operation, then the time outside them.
+    fn to_table(&self, batch: usize, steps: usize) -> String {
+        let share = |s: f64| fmt_num(100.0 * ratio(s, self.decode_s), 1);
+        let ms = |s: f64| fmt_num(s * 1e3, 1);
+        let mut rows: Vec<Vec<String>> = self
+            .ops
+            .iter()
+            .map(|o| {
+                vec![
+                    o.op.clone(),
+                    o.calls.to_string(),
+                    ms(o.seconds),
+                    share(o.seconds),
+                ]
+            })
+            .collect();
+        rows.push(vec![
+            "(outside operations)".into(),
+            "-".into(),
+            ms(self.outside_ops_s),
+            share(self.outside_ops_s),
+        ]);
+        format!(
+            "\ndecode profile, batch {batch}: one extra run's {steps} decode steps, {} ms\n{}",
+            ms(self.decode_s),
+            render_table(&["operation", "calls", "ms", "% of decode"], rows)
+        )
     }
 }
 

@@ -62,6 +62,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1024,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     probe_mib: usize,
+    /// After the timed runs, one more run per batch size with every engine operation timed;
+    /// prints where its decode steps spent their time (not counted in the medians).
+    #[arg(long, conflicts_with = "scaling")]
+    profile: bool,
     /// Run every batch size in this process (peak RSS is then process-wide and monotonic).
     #[arg(long)]
     in_process: bool,
@@ -293,13 +297,17 @@ fn measure(
     bench::run_batch(
         gen,
         batch,
-        args.prompt_len,
-        args.new_tokens,
+        (args.prompt_len, args.new_tokens),
         args.repeat,
+        args.profile,
         scope,
         |i| {
             progress(args.verbose, || {
-                format!("batch {batch}: run {}/{}", i + 1, args.repeat)
+                if i < args.repeat.max(1) {
+                    format!("batch {batch}: run {}/{}", i + 1, args.repeat)
+                } else {
+                    format!("batch {batch}: profiled run")
+                }
             })
         },
     )
@@ -330,6 +338,9 @@ fn in_child(args: &BenchArgs, batch: usize) -> Result<BatchRun, BenchError> {
         .arg(args.repeat.to_string());
     if args.verbose {
         cmd.arg("--verbose");
+    }
+    if args.profile {
+        cmd.arg("--profile");
     }
     let out = cmd
         .stdin(Stdio::null())

@@ -11,6 +11,7 @@ use super::builtins::Builtin;
 use super::compile::{Instr, Op, Operand, Plan};
 use super::diagnostic::{Located, Pos};
 use super::error::{RunError, RunErrorKind};
+use super::profile;
 use super::value::{Inputs, Value};
 
 impl Plan {
@@ -97,11 +98,11 @@ impl Plan {
         match &instr.op {
             Op::Builtin(b, args) => {
                 let vals = args.iter().map(get).collect::<Result<Vec<&Value>, _>>()?;
-                b.exec(&vals).map_err(at)
+                profile::timed(Some(*b), || b.exec(&vals)).map_err(at)
             }
             Op::LinearArgmax(args) => {
                 let vals = args.iter().map(get).collect::<Result<Vec<&Value>, _>>()?;
-                Builtin::linear_argmax(&vals).map_err(at)
+                profile::timed(None, || Builtin::linear_argmax(&vals)).map_err(at)
             }
             Op::Call(g, args) => {
                 let vals = args

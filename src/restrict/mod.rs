@@ -5,7 +5,8 @@
 //! [`parser`] (tokens to the [`ast`]), [`regions`] (markers to private regions), [`resolve`]
 //! (names, calls, recursion), [`verify`] (the policy; the only maker of [`Checked`]), [`view`]
 //! and [`report`] (what owners review). The grammar, markers and built-ins are documented in
-//! docs/engine-language.md.
+//! docs/engine-language.md. [`profile`] optionally times the built-ins as a plan runs (for
+//! `runner bench --profile`).
 //!
 //! The trusted boundary is [`check`]: source in, a [`Checked`] program or every reason it was
 //! refused out.
@@ -18,6 +19,7 @@ pub mod error;
 mod interp;
 pub mod lexer;
 pub mod parser;
+pub mod profile;
 pub mod regions;
 pub mod report;
 pub mod resolve;
