@@ -10,7 +10,7 @@
 //! - [`model`]: checkpoints (config, memory-mapped weights, digest), tokenizer, synthetic models.
 //! - [`job`]: the job file, the private inputs, and running them.
 //! - [`kernels`]: the tensor operations the engine language calls.
-//! - [`bench`]: `runner bench`'s measurements (throughput, peak memory, machine probes).
+//! - [`bench`](mod@bench): `runner bench`'s measurements (throughput, peak memory, machine probes).
 //! - [`atomic`]: atomic file writes (temporary file, fsync, rename).
 //! - [`heap`]: the binary's allocator (large blocks kept for reuse).
 //! - [`cli`]: the command-line front end; thin glue over the modules above.

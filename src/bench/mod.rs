@@ -458,7 +458,7 @@ pub struct BatchReport {
     pub prefill_fma_fraction: f64,
     /// Every run's times.
     pub runs: Vec<Timing>,
-    /// With `--profile`: [`BatchRun::decode_profile`], and the decode time of that run.
+    /// With `--profile`: where [`BatchRun::profiled`]'s decode steps spent their time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_profile: Option<DecodeProfile>,
 }

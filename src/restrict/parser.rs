@@ -1,5 +1,5 @@
 //! The parser: tokens to a [`Program`], by recursive descent over the grammar in
-//! docs/engine-language.md. Nesting is bounded by [`MAX_DEPTH`](super::MAX_DEPTH), so hostile
+//! docs/engine-language.md. Nesting is bounded by [`MAX_DEPTH`], so hostile
 //! input cannot exhaust the stack, and every failure is an error at a line:col, never a panic.
 
 use super::ast::{BinOp, Expr, ExprKind, Function, Ident, Let, Program, Return};
