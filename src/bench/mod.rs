@@ -180,6 +180,7 @@ fn run_steps(
     }
     let t = Instant::now();
     let mut tokens = Vec::with_capacity(batch * new_tokens);
+    // A closure, so that profiling is switched off again even when a step fails.
     let mut decode = || -> Result<(), GenerateError> {
         for s in 0..decode_steps {
             tokens.extend_from_slice(&ids);

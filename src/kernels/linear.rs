@@ -38,6 +38,8 @@ const MIN_TASK_MACS: usize = 1 << 18;
 /// The same for one x row: bandwidth-bound, so a second thread's extra read stream pays off
 /// on much less work (~64 KiB of bf16 weights).
 const MIN_TASK_MACS_GEMV: usize = 1 << 15;
+/// Column blocks per thread when x has several rows (see [`per_thread`]).
+const BLOCKS_PER_THREAD: usize = 4;
 /// Output columns [`linear_argmax`] computes at a time per task (its scratch is `[m, this]`).
 const ARGMAX_CHUNK: usize = 512;
 /// Rows from which [`linear_argmax`] of a single x row goes through the weight's [`Screen`]
@@ -209,10 +211,21 @@ impl Rows for F32Rows<'_> {
 fn run<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     let min_cols = min_task_cols(m, k);
-    parallel::for_columns(&mut out, n, min_cols, NB, |mut block| {
+    parallel::for_columns(&mut out, n, min_cols, NB, per_thread(m), |mut block| {
         columns_on(isa, x, m, k, w, &mut block)
     });
     out
+}
+
+/// Column blocks per thread. Several rows of x make a call compute-bound, and then blocks
+/// claimed one at a time keep both threads busy when one of them is slowed down; a single row
+/// streams its weights, and one long stream per thread reads them fastest.
+fn per_thread(m: usize) -> usize {
+    if m == 1 {
+        1
+    } else {
+        BLOCKS_PER_THREAD
+    }
 }
 
 /// The fewest output columns worth a task of their own.
@@ -258,7 +271,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             return Ok(vec![id]);
         }
     }
-    let parts = parallel::map_ranges(n, min_task_cols(m, k), NB, |cols| {
+    let parts = parallel::map_ranges(n, min_task_cols(m, k), NB, per_thread(m), |cols| {
         let mut best = vec![Best::NONE; m];
         let mut scratch = vec![0.0f32; m * ARGMAX_CHUNK.min(cols.len())];
         let mut c0 = cols.start;

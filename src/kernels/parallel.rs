@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// 0 = not resolved yet (read `RUNNER_THREADS` / available parallelism on first use).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -160,39 +160,72 @@ where
 }
 
 /// Map contiguous ranges of `0..items` to results in parallel, returned in range order together
-/// with their ranges. `align` keeps range boundaries on multiples of it.
+/// with their ranges. `align` keeps range boundaries on multiples of it. `per_thread` ranges
+/// per thread (at most) are claimed one by one by whichever thread is free (see
+/// [`run_claimed`]); 1 gives each thread one share.
 pub(crate) fn map_ranges<T, F>(
     items: usize,
     min_items: usize,
     align: usize,
+    per_thread: usize,
     f: F,
 ) -> Vec<(Range<usize>, T)>
 where
     T: Send,
     F: Fn(Range<usize>) -> T + Sync,
 {
-    let ranges = split(items, task_count(items, min_items), align);
+    let ranges = split(items, chunk_count(items, min_items, per_thread), align);
     if ranges.len() <= 1 {
         return ranges.into_iter().map(|r| (r.clone(), f(r))).collect();
     }
-    let mut slots: Vec<Option<T>> = ranges.iter().map(|_| None).collect();
-    {
-        let f = &f;
-        let mut pairs = slots.iter_mut().zip(ranges.iter().cloned());
-        if let Some((s0, r0)) = pairs.next() {
-            let tasks = pairs
-                .map(|(s, r)| Box::new(move || *s = Some(f(r))) as Box<dyn FnOnce() + Send + '_>)
-                .collect();
-            run_tasks(|| *s0 = Some(f(r0)), tasks);
+    let slots: Vec<Mutex<Option<T>>> = ranges.iter().map(|_| Mutex::new(None)).collect();
+    run_claimed(ranges.len(), &|i| {
+        let v = f(ranges[i].clone());
+        if let Ok(mut slot) = slots[i].lock() {
+            *slot = Some(v);
         }
-    }
+    });
     ranges
         .into_iter()
         .zip(slots)
-        // Every slot was filled: `run_tasks` returns only after every task ran (a panicking
-        // task re-raises on this thread instead).
-        .filter_map(|(r, v)| v.map(|v| (r, v)))
+        // Every slot was filled: `run_claimed` returns only after every index ran (a
+        // panicking task re-raises on this thread instead).
+        .filter_map(|(r, v)| v.into_inner().ok().flatten().map(|v| (r, v)))
         .collect()
+}
+
+/// How many chunks to cut `items` into: `per_thread` per thread, none smaller than `min_items`
+/// (one chunk on one thread).
+fn chunk_count(items: usize, min_items: usize, per_thread: usize) -> usize {
+    let t = threads();
+    if t <= 1 {
+        return 1;
+    }
+    let by_work = items / min_items.max(1);
+    t.saturating_mul(per_thread.max(1))
+        .min(by_work)
+        .clamp(1, items.max(1))
+}
+
+/// Run `job(i)` exactly once for every `i` in `0..chunks`, on this thread and the pool's
+/// workers, each taking the next index not yet taken. A thread slowed down (a neighbour on its
+/// core, a smaller core) simply takes fewer; which thread runs an index never changes what it
+/// computes.
+fn run_claimed(chunks: usize, job: &(dyn Fn(usize) + Sync)) {
+    let next = AtomicUsize::new(0);
+    let claim = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= chunks {
+            break;
+        }
+        job(i);
+    };
+    let claim = &claim;
+    let helpers = threads().saturating_sub(1).min(chunks.saturating_sub(1));
+    let tasks = (0..helpers)
+        .map(|_| Box::new(move || claim()) as Box<dyn FnOnce() + Send + '_>)
+        .collect();
+    run_tasks(claim, tasks);
 }
 
 /// A block of whole columns of a row-major `[rows, n]` buffer, handed to one task so tasks can
@@ -263,34 +296,45 @@ impl<'a> ColumnsMut<'a> {
 
 /// Fill the row-major `[rows, n]` buffer `out` in parallel, split by columns: `f` gets one
 /// block of whole columns. `min_cols` is the smallest share worth a task; block boundaries
-/// fall on multiples of `align`.
-pub(crate) fn for_columns<F>(out: &mut [f32], n: usize, min_cols: usize, align: usize, f: F)
-where
+/// fall on multiples of `align`; `per_thread` blocks per thread as in [`map_ranges`].
+pub(crate) fn for_columns<F>(
+    out: &mut [f32],
+    n: usize,
+    min_cols: usize,
+    align: usize,
+    per_thread: usize,
+    f: F,
+) where
     F: Fn(ColumnsMut<'_>) + Sync,
 {
     if n == 0 || out.is_empty() {
         return;
     }
-    let ranges = split(n, task_count(n, min_cols), align);
+    let ranges = split(n, chunk_count(n, min_cols, per_thread), align);
     let whole = ColumnsMut::whole(out, n);
-    let blocks: Vec<ColumnsMut<'_>> = ranges
+    if ranges.len() <= 1 {
+        f(whole);
+        return;
+    }
+    let blocks: Vec<Mutex<Option<ColumnsMut<'_>>>> = ranges
         .into_iter()
-        .map(|cols| ColumnsMut {
-            ptr: whole.ptr,
-            n,
-            rows: whole.rows,
-            cols,
-            origin: 0,
-            _out: PhantomData,
+        .map(|cols| {
+            Mutex::new(Some(ColumnsMut {
+                ptr: whole.ptr,
+                n,
+                rows: whole.rows,
+                cols,
+                origin: 0,
+                _out: PhantomData,
+            }))
         })
         .collect();
-    let f = &f;
-    let mut iter = blocks.into_iter();
-    let Some(b0) = iter.next() else { return };
-    let tasks = iter
-        .map(|b| Box::new(move || f(b)) as Box<dyn FnOnce() + Send + '_>)
-        .collect();
-    run_tasks(|| f(b0), tasks);
+    run_claimed(blocks.len(), &|i| {
+        let block = blocks[i].lock().ok().and_then(|mut b| b.take());
+        if let Some(block) = block {
+            f(block);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -316,6 +360,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn claimed_ranges_run_once_each_and_come_back_in_order() {
+        for (threads, per_thread, want) in [(1, 4, 1), (2, 1, 2), (2, 4, 8), (3, 4, 12)] {
+            let calls = AtomicUsize::new(0);
+            let parts = with_threads(threads, || {
+                map_ranges(1000, 10, 8, per_thread, |r| {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    r.len()
+                })
+            });
+            assert_eq!(parts.len(), want, "{threads} threads x {per_thread}");
+            assert_eq!(calls.load(Ordering::Relaxed), want);
+            let mut next = 0;
+            for (r, len) in &parts {
+                assert_eq!((r.start, r.len()), (next, *len));
+                next = r.end;
+            }
+            assert_eq!(next, 1000);
+        }
+        // Never more ranges than the smallest worthwhile share allows.
+        let few = with_threads(2, || map_ranges(100, 40, 1, 4, |r| r));
+        assert_eq!(few.len(), 2);
+    }
+
+    #[test]
+    fn claimed_column_blocks_fill_every_column_once() {
+        let (rows, n) = (3, 203);
+        let mut out = vec![0.0f32; rows * n];
+        with_threads(2, || {
+            for_columns(&mut out, n, 1, 8, 4, |mut block| {
+                for i in 0..rows {
+                    let cols = block.cols();
+                    for (c, v) in cols.zip(block.row(i)) {
+                        *v += (i * n + c) as f32;
+                    }
+                }
+            })
+        });
+        let want: Vec<f32> = (0..rows * n).map(|x| x as f32).collect();
+        assert_eq!(out, want);
     }
 
     #[test]

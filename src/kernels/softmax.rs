@@ -73,7 +73,7 @@ pub fn argmax(x: &Tensor) -> Result<Vec<u32>, KernelError> {
     }
     let src = x.data();
     let rows = src.len() / d;
-    let parts = parallel::map_ranges(rows, MIN_TASK_ELEMS.div_ceil(d), 1, |r| {
+    let parts = parallel::map_ranges(rows, MIN_TASK_ELEMS.div_ceil(d), 1, 1, |r| {
         src[r.start * d..r.end * d]
             .chunks_exact(d)
             .map(argmax_row)

@@ -149,7 +149,7 @@ impl Screen {
             .chunks_mut((BLOCK_ROWS * k).max(1))
             .map(Mutex::new)
             .collect();
-        let parts = parallel::map_ranges(n_blocks, 1, 1, |blocks| {
+        let parts = parallel::map_ranges(n_blocks, 1, 1, 1, |blocks| {
             let mut row = vec![0.0f32; k];
             blocks
                 .map(|b| {
@@ -205,7 +205,7 @@ impl Screen {
             return None;
         }
         let tiny = 2.0 * (self.k + 2 * LANES) as f64 * f64::powi(2.0, -149);
-        let parts = parallel::map_ranges(self.blocks.len(), 1, 1, |blocks| {
+        let parts = parallel::map_ranges(self.blocks.len(), 1, 1, 1, |blocks| {
             let mut floor = f64::NEG_INFINITY;
             let mut kept: Vec<(usize, f64)> = Vec::new();
             for b in blocks {
