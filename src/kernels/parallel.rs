@@ -223,7 +223,7 @@ fn run_claimed(chunks: usize, job: &(dyn Fn(usize) + Sync)) {
     let claim = &claim;
     let helpers = threads().saturating_sub(1).min(chunks.saturating_sub(1));
     let tasks = (0..helpers)
-        .map(|_| Box::new(move || claim()) as Box<dyn FnOnce() + Send + '_>)
+        .map(|_| Box::new(claim) as Box<dyn FnOnce() + Send + '_>)
         .collect();
     run_tasks(claim, tasks);
 }
