@@ -7,8 +7,10 @@
 //!
 //! Work runs on one persistent pool (rayon's), started on first use: a decode step makes a few
 //! hundred kernel calls, and starting threads per call cost ~55 µs each (and left a malloc arena
-//! behind per short-lived thread). The calling thread does the first share itself; small jobs
-//! (below a kernel-chosen amount of work) run on the calling thread alone.
+//! behind per short-lived thread). The calling thread works too; small jobs (below a
+//! kernel-chosen amount of work) run on it alone. Column and range splits can be cut finer than
+//! one share per thread, each piece claimed by whichever thread is free (`run_claimed`), so
+//! a core slowed by a neighbour (this VM's other tenants) does not hold the other one up.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
