@@ -12,6 +12,7 @@ pub mod linear;
 mod math;
 pub mod norm;
 pub mod parallel;
+mod pool;
 pub mod reference;
 pub mod rope;
 pub mod simd;

@@ -5,18 +5,21 @@
 //! whichever thread it lands on. So results are bit-identical for any thread count; the split
 //! only changes which thread does the work.
 //!
-//! Work runs on one persistent pool (rayon's), started on first use: a decode step makes a few
-//! hundred kernel calls, and starting threads per call cost ~55 µs each (and left a malloc arena
-//! behind per short-lived thread). The calling thread works too; small jobs (below a
-//! kernel-chosen amount of work) run on it alone. Column and range splits can be cut finer than
-//! one share per thread, each piece claimed by whichever thread is free (`run_claimed`), so
-//! a core slowed by a neighbour (this VM's other tenants) does not hold the other one up.
+//! Work runs on one persistent pool (`kernels::pool`), started on first use: a decode step makes
+//! a few hundred kernel calls, and starting threads per call cost ~55 µs each (and left a malloc
+//! arena behind per short-lived thread). The calling thread works too; small jobs (below a
+//! kernel-chosen amount of work) run on it alone. Every split is a list of pieces that the
+//! threads claim one at a time (`run_claimed`); column and range splits can be cut finer than
+//! one piece per thread, so a core slowed by a neighbour (this VM's other tenants) does not
+//! hold the other one up.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
+
+use super::pool::Pool;
 
 /// 0 = not resolved yet (read `RUNNER_THREADS` / available parallelism on first use).
 static THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -97,37 +100,13 @@ pub(crate) fn split(n: usize, parts: usize, align: usize) -> Vec<Range<usize>> {
     out
 }
 
-/// The pool kernel tasks run on: one worker fewer than the thread count (the calling thread
-/// does a share itself), so that a 2-core machine runs exactly 2 busy threads; an extra idle
-/// worker's spinning measurably slowed bandwidth-bound kernels. A kernel asking for more tasks
-/// than that just queues them.
-fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads().saturating_sub(1).max(1))
-            .thread_name(|i| format!("runner-kernel-{i}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
-}
-
-/// Run `first` on this thread and every task of `rest` on the pool, returning when all are
-/// done. If the pool could not be started, everything runs here, in order (same results).
-fn run_tasks<'a>(first: impl FnOnce(), rest: Vec<Box<dyn FnOnce() + Send + 'a>>) {
-    match pool() {
-        Some(p) => p.in_place_scope(|s| {
-            for task in rest {
-                s.spawn(move |_| task());
-            }
-            first();
-        }),
-        None => {
-            first();
-            rest.into_iter().for_each(|t| t());
-        }
-    }
+/// The pool kernel jobs run on: one worker fewer than the thread count (the calling thread
+/// works too), so that a 2-core machine runs exactly 2 busy threads; an extra idle worker's
+/// spinning measurably slowed bandwidth-bound kernels. Sized by the first call that uses it.
+fn pool() -> Option<&'static Pool> {
+    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| Pool::start(threads().saturating_sub(1).max(1)))
+        .as_ref()
 }
 
 /// Fill `out` (rows of `row_len` values) in parallel: `f(rows, chunk)` computes rows `rows` into
@@ -145,20 +124,19 @@ where
         f(0..rows, out);
         return;
     }
-    let f = &f;
     let mut chunks = Vec::with_capacity(ranges.len());
     let mut rest = out;
     for r in ranges {
         let (chunk, tail) = rest.split_at_mut(r.len() * row_len);
         rest = tail;
-        chunks.push((r, chunk));
+        chunks.push(Mutex::new(Some((r, chunk))));
     }
-    let mut iter = chunks.into_iter();
-    let Some((r0, c0)) = iter.next() else { return };
-    let tasks = iter
-        .map(|(r, c)| Box::new(move || f(r, c)) as Box<dyn FnOnce() + Send + '_>)
-        .collect();
-    run_tasks(|| f(r0, c0), tasks);
+    run_claimed(chunks.len(), &|i| {
+        let chunk = chunks[i].lock().ok().and_then(|mut c| c.take());
+        if let Some((r, c)) = chunk {
+            f(r, c);
+        }
+    });
 }
 
 /// Map contiguous ranges of `0..items` to results in parallel, returned in range order together
@@ -222,12 +200,11 @@ fn run_claimed(chunks: usize, job: &(dyn Fn(usize) + Sync)) {
         }
         job(i);
     };
-    let claim = &claim;
     let helpers = threads().saturating_sub(1).min(chunks.saturating_sub(1));
-    let tasks = (0..helpers)
-        .map(|_| Box::new(claim) as Box<dyn FnOnce() + Send + '_>)
-        .collect();
-    run_tasks(claim, tasks);
+    match pool() {
+        Some(p) if helpers > 0 => p.run(helpers, &claim),
+        _ => claim(),
+    }
 }
 
 /// A block of whole columns of a row-major `[rows, n]` buffer, handed to one task so tasks can
