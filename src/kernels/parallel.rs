@@ -76,13 +76,6 @@ pub fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// How many tasks to cut `items` into: at most [`threads()`], at least one, and none smaller
-/// than `min_items` items (the caller's estimate of what pays for a thread start).
-fn task_count(items: usize, min_items: usize) -> usize {
-    let by_work = items / min_items.max(1);
-    threads().min(by_work).clamp(1, items.max(1))
-}
-
 /// `0..n` cut into `parts` contiguous ranges whose lengths differ by at most one, each a
 /// multiple of `align` except the last.
 pub(crate) fn split(n: usize, parts: usize, align: usize) -> Vec<Range<usize>> {
@@ -119,7 +112,7 @@ where
         return;
     }
     let rows = out.len() / row_len;
-    let ranges = split(rows, task_count(rows, min_rows), 1);
+    let ranges = split(rows, chunk_count(rows, min_rows, 1), 1);
     if ranges.len() <= 1 {
         f(0..rows, out);
         return;
@@ -174,8 +167,9 @@ where
         .collect()
 }
 
-/// How many chunks to cut `items` into: `per_thread` per thread, none smaller than `min_items`
-/// (one chunk on one thread).
+/// How many chunks to cut `items` into: `per_thread` per thread (so one on one thread), at
+/// least one, and none smaller than `min_items` (the caller's estimate of what pays for a
+/// thread's share).
 fn chunk_count(items: usize, min_items: usize, per_thread: usize) -> usize {
     let t = threads();
     if t <= 1 {
