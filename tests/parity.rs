@@ -53,14 +53,10 @@ fn prompts(e: &Json) -> Vec<Vec<u32>> {
     e["prompts"].as_array().unwrap().iter().map(ids).collect()
 }
 
-/// Every kernel path this CPU can run: the portable one, and the detected one if different.
-/// (`RUNNER_ISA=portable` forces the first for a whole process; this covers both in one run.)
+/// Every kernel path this CPU can run, from the portable one up to the best detected.
+/// (`RUNNER_ISA=portable` or `avx2` limits a whole process; this covers every path in one run.)
 fn kernel_paths() -> Vec<Isa> {
-    let mut v = vec![Isa::Portable];
-    if kernels::isa() != Isa::Portable {
-        v.push(kernels::isa());
-    }
-    v
+    kernels::simd::available()
 }
 
 fn no_stop(max_new_tokens: usize) -> Settings {

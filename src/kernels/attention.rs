@@ -275,8 +275,8 @@ pub fn attention(
     attention_on(simd::isa(), q, k, v, cache, pad, scale)
 }
 
-/// [`attention`] on a chosen instruction set (any value other than [`Isa::Portable`] means
-/// "the detected one"); results are identical either way.
+/// [`attention`] on a chosen instruction set (or the best below it this CPU has); results are
+/// identical on every set.
 pub fn attention_on(
     isa: Isa,
     q: &Tensor,
@@ -286,11 +286,7 @@ pub fn attention_on(
     pad: &[usize],
     scale: f32,
 ) -> Result<Tensor, KernelError> {
-    let isa = if isa == Isa::Portable {
-        isa
-    } else {
-        simd::isa()
-    };
+    let isa = simd::limit(isa);
     let dims = check(q, k, v, cache, pad, scale)?;
     let mut out = vec![0.0f32; q.data().len()];
     let ctx = Ctx {

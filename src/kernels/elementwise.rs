@@ -58,9 +58,9 @@ pub(crate) fn gelu_one(x: f32) -> f32 {
 /// [`gelu_one`] of every element of `src` into `dst` (same length).
 fn gelu_slice(isa: Isa, src: &[f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
-        // SAFETY: `Isa::Avx2Fma` comes only from `simd::isa()`, which returns it only after
-        // detecting AVX2, FMA and F16C.
+    if isa.has_avx2() {
+        // SAFETY: `isa` comes from `simd::isa()`, which never returns a set the CPU lacks,
+        // and every set from `Isa::Avx2Fma` up includes AVX2, FMA and F16C.
         unsafe { gelu_avx2(src, dst) };
         return;
     }

@@ -9,7 +9,10 @@
 //! Loop structure (portable, cache-blocked): the columns are split between threads; each thread
 //! walks tiles of `NB` weight rows × `KB` inner elements, decodes the tile to f32 once, and
 //! reuses it for every block of `MB` x rows with an `MR × NR` register micro-kernel whose lane
-//! accumulators persist across inner blocks. Faster paths (AVX-512, AMX) plug in at [`Isa`].
+//! accumulators persist across inner blocks. The micro-kernel exists per [`Isa`]: portable
+//! Rust, AVX2 (a 3 × 2 tile, each accumulator in two 256-bit registers) and AVX-512 (a 6 × 4
+//! tile, each accumulator in one 512-bit register); one x row instead streams the stored
+//! weights straight into registers ([`gemv`]).
 
 use super::error::KernelError;
 use super::parallel::{self, ColumnsMut};
@@ -33,6 +36,14 @@ const MB: usize = 64;
 const MR: usize = 3;
 /// Micro-kernel rows of w.
 const NR: usize = 2;
+/// The AVX-512 micro-kernel's rows of x and of w: 24 accumulators, 4 weight vectors and one x
+/// vector fill 29 of the 32 zmm registers.
+const WIDE_MR: usize = 6;
+const WIDE_NR: usize = 4;
+/// Which loops [`columns`] is compiled with (a const parameter: one copy per path).
+const PORTABLE: u8 = 0;
+const AVX2: u8 = 1;
+const AVX512: u8 = 2;
 /// Multiply-adds below which a task of its own does not pay off.
 const MIN_TASK_MACS: usize = 1 << 18;
 /// The same for one x row: bandwidth-bound, so a second thread's extra read stream pays off
@@ -60,14 +71,10 @@ pub fn linear_portable(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
     linear_on(Isa::Portable, x, w)
 }
 
-/// [`linear`] on a chosen instruction set: [`Isa::Portable`], or any other value for the one
-/// detected on this CPU (so an unsupported request can never run). Results are identical.
+/// [`linear`] on a chosen instruction set, or the best below it this CPU has (so an unsupported
+/// request can never run). Results are identical on every set.
 pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
-    let isa = if isa == Isa::Portable {
-        isa
-    } else {
-        simd::isa()
-    };
+    let isa = simd::limit(isa);
     let (m, k, n, shape) = check("linear", x.shape(), w.shape())?;
     let src = WeightRows {
         bytes: w.bytes(),
@@ -393,38 +400,66 @@ fn columns_on<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, w: &S, out: &mut
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
-        if m == 1 {
-            if let Some((bytes, dtype)) = w.raw() {
-                let cols = out.cols();
-                let dst = out.row(0);
-                match dtype {
-                    DType::F32 => gemv::gemv_avx2::<{ gemv::F32 }>(x, bytes, k, cols, dst),
-                    DType::BF16 => gemv::gemv_avx2::<{ gemv::BF16 }>(x, bytes, k, cols, dst),
-                    DType::F16 => gemv::gemv_avx2::<{ gemv::F16 }>(x, bytes, k, cols, dst),
-                }
-                return;
-            }
+        // SAFETY: this function's own features are the ones `row_gemv` needs.
+        if !unsafe { row_gemv(x, m, k, w, out) } {
+            columns::<S, AVX2>(x, m, k, w, out)
         }
-        columns::<S, true>(x, m, k, w, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    fn avx512<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+        // A single row is bound by memory bandwidth, where wider registers gain nothing.
+        // SAFETY: as in `avx2`.
+        if !unsafe { row_gemv(x, m, k, w, out) } {
+            columns::<S, AVX512>(x, m, k, w, out)
+        }
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Isa::Avx2Fma` only reaches here from `simd::isa()` (see `linear_on`), which
-        // returns it only after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C.
+        // SAFETY: `isa` comes from `simd::isa()` or `simd::limit` (see `linear_on`), which
+        // return `Isa::Avx512` only after `is_x86_feature_detected!` confirmed AVX-512F as
+        // well as AVX2, FMA and F16C.
+        Isa::Avx512 => unsafe { avx512(x, m, k, w, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2, FMA and F16C.
         Isa::Avx2Fma => unsafe { avx2(x, m, k, w, out) },
-        _ => columns::<S, false>(x, m, k, w, out),
+        _ => columns::<S, PORTABLE>(x, m, k, w, out),
     }
 }
 
-/// Outputs `[m, out.cols()]`, written into `out`.
+/// [`gemv::gemv_avx2`] when `x` is one row and `w` a stored weight; false (nothing written)
+/// otherwise.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn columns<S: Rows, const AVX2: bool>(
+unsafe fn row_gemv<S: Rows>(
     x: &[f32],
     m: usize,
     k: usize,
     w: &S,
     out: &mut ColumnsMut<'_>,
-) {
+) -> bool {
+    let Some((bytes, dtype)) = w.raw().filter(|_| m == 1) else {
+        return false;
+    };
+    let cols = out.cols();
+    let dst = out.row(0);
+    // SAFETY: the caller guarantees the features `gemv_avx2` is compiled for.
+    unsafe {
+        match dtype {
+            DType::F32 => gemv::gemv_avx2::<{ gemv::F32 }>(x, bytes, k, cols, dst),
+            DType::BF16 => gemv::gemv_avx2::<{ gemv::BF16 }>(x, bytes, k, cols, dst),
+            DType::F16 => gemv::gemv_avx2::<{ gemv::F16 }>(x, bytes, k, cols, dst),
+        }
+    }
+    true
+}
+
+/// Outputs `[m, out.cols()]`, written into `out`.
+#[inline(always)]
+fn columns<S: Rows, const P: u8>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
     let cols = out.cols();
     let mut wbuf = vec![0.0f32; NB * KB];
     let mut acc = vec![0.0f32; m.min(MB) * NB * LANES];
@@ -443,8 +478,8 @@ fn columns<S: Rows, const AVX2: bool>(
                 for j in 0..nb {
                     let dst = &mut wbuf[j * KB..j * KB + kb];
                     #[cfg(target_arch = "x86_64")]
-                    if AVX2 {
-                        // SAFETY: `AVX2` is true only in the instantiation `columns_on` runs
+                    if P >= AVX2 {
+                        // SAFETY: `P >= AVX2` only in the instantiations `columns_on` runs
                         // after detecting AVX2, FMA and F16C.
                         unsafe { w.decode_avx2((n0 + j) * k + k0, dst) };
                         continue;
@@ -460,14 +495,14 @@ fn columns<S: Rows, const AVX2: bool>(
                     wbuf: &wbuf,
                     nb,
                 };
-                t.run::<AVX2>(mb, &mut acc);
+                t.run::<P>(mb, &mut acc);
                 k0 += kb;
             }
             for i in 0..mb {
                 let row = &mut out.row(m0 + i)[n0 - cols.start..][..nb];
                 #[cfg(target_arch = "x86_64")]
-                if AVX2 && nb == NB {
-                    // SAFETY: `AVX2` is true only in the instantiation `columns_on` runs after
+                if P >= AVX2 && nb == NB {
+                    // SAFETY: `P >= AVX2` only in the instantiations `columns_on` runs after
                     // detecting AVX2 and FMA.
                     unsafe { reduce8_avx2(&acc[i * NB * LANES..][..NB * LANES], row) };
                     continue;
@@ -551,7 +586,11 @@ struct Tile<'a> {
 
 impl Tile<'_> {
     #[inline(always)]
-    fn run<const AVX2: bool>(&self, mb: usize, acc: &mut [f32]) {
+    fn run<const P: u8>(&self, mb: usize, acc: &mut [f32]) {
+        if P == AVX512 {
+            self.run_wide(mb, acc);
+            return;
+        }
         let mut i = 0;
         while i < mb {
             let r = MR.min(mb - i);
@@ -559,12 +598,46 @@ impl Tile<'_> {
             while j < self.nb {
                 let c = NR.min(self.nb - j);
                 match (r, c) {
-                    (3, 2) => self.micro::<AVX2, 3, 2>(i, j, acc),
-                    (3, _) => self.micro::<AVX2, 3, 1>(i, j, acc),
-                    (2, 2) => self.micro::<AVX2, 2, 2>(i, j, acc),
-                    (2, _) => self.micro::<AVX2, 2, 1>(i, j, acc),
-                    (_, 2) => self.micro::<AVX2, 1, 2>(i, j, acc),
-                    _ => self.micro::<AVX2, 1, 1>(i, j, acc),
+                    (3, 2) => self.micro::<P, 3, 2>(i, j, acc),
+                    (3, _) => self.micro::<P, 3, 1>(i, j, acc),
+                    (2, 2) => self.micro::<P, 2, 2>(i, j, acc),
+                    (2, _) => self.micro::<P, 2, 1>(i, j, acc),
+                    (_, 2) => self.micro::<P, 1, 2>(i, j, acc),
+                    _ => self.micro::<P, 1, 1>(i, j, acc),
+                }
+                j += c;
+            }
+            i += r;
+        }
+    }
+
+    /// [`Tile::run`] with the AVX-512 tile: `WIDE_MR × WIDE_NR` where it fits; the last rows of
+    /// the block take a shorter tile, and the tile's last (fewer than `WIDE_NR`) weight rows
+    /// go one at a time.
+    #[inline(always)]
+    fn run_wide(&self, mb: usize, acc: &mut [f32]) {
+        let mut i = 0;
+        while i < mb {
+            let r = WIDE_MR.min(mb - i);
+            let mut j = 0;
+            while j < self.nb {
+                let c = if self.nb - j >= WIDE_NR { WIDE_NR } else { 1 };
+                macro_rules! rows {
+                    ($c:literal) => {
+                        match r {
+                            6 => self.micro::<AVX512, 6, $c>(i, j, acc),
+                            5 => self.micro::<AVX512, 5, $c>(i, j, acc),
+                            4 => self.micro::<AVX512, 4, $c>(i, j, acc),
+                            3 => self.micro::<AVX512, 3, $c>(i, j, acc),
+                            2 => self.micro::<AVX512, 2, $c>(i, j, acc),
+                            _ => self.micro::<AVX512, 1, $c>(i, j, acc),
+                        }
+                    };
+                }
+                if c == WIDE_NR {
+                    rows!(4);
+                } else {
+                    rows!(1);
                 }
                 j += c;
             }
@@ -574,7 +647,7 @@ impl Tile<'_> {
 
     /// `R` x rows (block-local `i..`) against `C` tile rows (`j..`), lanes kept in registers.
     #[inline(always)]
-    fn micro<const AVX2: bool, const R: usize, const C: usize>(
+    fn micro<const P: u8, const R: usize, const C: usize>(
         &self,
         i: usize,
         j: usize,
@@ -586,8 +659,16 @@ impl Tile<'_> {
         let ws: [&[f32]; C] = std::array::from_fn(|c| &self.wbuf[(j + c) * KB..][..kb]);
         let full = kb - kb % LANES;
         #[cfg(target_arch = "x86_64")]
-        if AVX2 {
-            // SAFETY: `AVX2` is true only in the instantiation called from `columns_on`'s
+        if P == AVX512 {
+            // SAFETY: `P == AVX512` only in the instantiation called from `columns_on`'s
+            // AVX-512 wrapper, which runs only after AVX-512F was detected.
+            unsafe { micro_avx512::<R, C>(&xs, &ws, full, acc, (i, j, self.nb)) };
+            self.tail::<R, C>(&xs, &ws, full, acc, i, j);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if P == AVX2 {
+            // SAFETY: `P == AVX2` only in the instantiation called from `columns_on`'s
             // AVX2+FMA wrapper, which runs only after those features were detected.
             unsafe { micro_avx2::<R, C>(&xs, &ws, full, acc, (i, j, self.nb)) };
             self.tail::<R, C>(&xs, &ws, full, acc, i, j);
@@ -643,6 +724,37 @@ impl Tile<'_> {
     }
 }
 
+/// Where each of an `R × C` micro-kernel's accumulators starts in `acc` (`acc_len` long), after
+/// checking every bound its loop relies on, once: the loop itself is pure loads and FMAs
+/// (per-load slice checks cost more issue slots than the FMAs they guard).
+#[inline(always)]
+fn checked_slots<const R: usize, const C: usize>(
+    xs: &[&[f32]; R],
+    ws: &[&[f32]; C],
+    full: usize,
+    acc_len: usize,
+    at: (usize, usize, usize),
+) -> [[usize; C]; R] {
+    let (i, j, nb) = at;
+    for s in xs.iter().chain(ws.iter()) {
+        assert!(
+            s.len() >= full,
+            "micro-kernel operand shorter than its inner block"
+        );
+    }
+    let slots: [[usize; C]; R] =
+        std::array::from_fn(|r| std::array::from_fn(|c| ((i + r) * nb + j + c) * LANES));
+    for row in &slots {
+        for &o in row {
+            assert!(
+                o + LANES <= acc_len,
+                "micro-kernel accumulator out of range"
+            );
+        }
+    }
+    slots
+}
+
 /// The AVX2 register micro-kernel: the same per-lane fused multiply-adds as the portable loop,
 /// each 16-lane accumulator held in two `__m256` registers for the whole inner block.
 /// `at` = (block-local x row, tile row, tile width) locating the accumulators in `acc`.
@@ -656,29 +768,11 @@ fn micro_avx2<const R: usize, const C: usize>(
     at: (usize, usize, usize),
 ) {
     use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_storeu_ps};
-    let (i, j, nb) = at;
-    // Every bound the loop relies on, checked once: the loop itself is pure loads and FMAs
-    // (per-load slice checks cost more issue slots than the FMAs they guard).
-    for s in xs.iter().chain(ws.iter()) {
-        assert!(
-            s.len() >= full,
-            "micro-kernel operand shorter than its inner block"
-        );
-    }
-    let slots: [[usize; C]; R] =
-        std::array::from_fn(|r| std::array::from_fn(|c| ((i + r) * nb + j + c) * LANES));
-    for row in &slots {
-        for &o in row {
-            assert!(
-                o + LANES <= acc.len(),
-                "micro-kernel accumulator out of range"
-            );
-        }
-    }
+    let slots = checked_slots(xs, ws, full, acc.len(), at);
     let xp: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let wp: [*const f32; C] = std::array::from_fn(|c| ws[c].as_ptr());
     let ap = acc.as_mut_ptr();
-    // SAFETY: the asserts above: every `xp[r]`/`wp[c]` is valid for `full` reads (the loop
+    // SAFETY: `checked_slots` asserted that every `xp[r]`/`wp[c]` is valid for `full` reads (the loop
     // reads `kk..kk + 16` with `kk + 16 <= full`, `full` a multiple of 16), and every
     // accumulator slot `o..o + 16` lies inside `acc`. All loads and stores are unaligned.
     unsafe {
@@ -703,6 +797,48 @@ fn micro_avx2<const R: usize, const C: usize>(
                 let p = ap.add(slots[r][c]);
                 _mm256_storeu_ps(p, a[r][c][0]);
                 _mm256_storeu_ps(p.add(8), a[r][c][1]);
+            }
+        }
+    }
+}
+
+/// The AVX-512 register micro-kernel: the same per-lane fused multiply-adds again, each
+/// 16-lane accumulator in one `__m512` register (lane `l` of the register is lane `l` of the
+/// accumulator), so the tile can be twice as large as AVX2's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn micro_avx512<const R: usize, const C: usize>(
+    xs: &[&[f32]; R],
+    ws: &[&[f32]; C],
+    full: usize,
+    acc: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_storeu_ps};
+    let slots = checked_slots(xs, ws, full, acc.len(), at);
+    let xp: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    let wp: [*const f32; C] = std::array::from_fn(|c| ws[c].as_ptr());
+    let ap = acc.as_mut_ptr();
+    // SAFETY: `checked_slots` asserted that every `xp[r]`/`wp[c]` is valid for `full` reads
+    // (the loop reads `kk..kk + 16` with `kk + 16 <= full`, `full` a multiple of 16) and that
+    // every accumulator slot `o..o + 16` lies inside `acc`. All loads and stores are unaligned.
+    unsafe {
+        let mut a: [[__m512; C]; R] =
+            std::array::from_fn(|r| std::array::from_fn(|c| _mm512_loadu_ps(ap.add(slots[r][c]))));
+        let mut kk = 0;
+        while kk < full {
+            let wv: [__m512; C] = std::array::from_fn(|c| _mm512_loadu_ps(wp[c].add(kk)));
+            for r in 0..R {
+                let xv = _mm512_loadu_ps(xp[r].add(kk));
+                for c in 0..C {
+                    a[r][c] = _mm512_fmadd_ps(xv, wv[c], a[r][c]);
+                }
+            }
+            kk += LANES;
+        }
+        for r in 0..R {
+            for c in 0..C {
+                _mm512_storeu_ps(ap.add(slots[r][c]), a[r][c]);
             }
         }
     }

@@ -29,7 +29,7 @@ pub use linear::{
 pub use norm::rms_norm;
 pub use parallel::{set_threads, threads, with_threads, THREADS_ENV};
 pub use rope::{rope, rope_inv_freq};
-pub use simd::{isa, with_instruction_set, Isa, ISA_ENV};
+pub use simd::{available, isa, with_instruction_set, Isa, ISA_ENV};
 pub use softmax::{argmax, softmax};
 pub use tensor::{DType, Tensor, Weight};
 

@@ -14,20 +14,46 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// Lanes in every accumulator; 16 f32 = one AVX-512 register, two AVX2 registers.
 pub(crate) const LANES: usize = 16;
 
-/// Instruction set a hot loop runs with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Instruction set a hot loop runs with, from the least to the most capable: every set
+/// includes the ones before it (a CPU detected as [`Isa::Avx512`] also runs the AVX2 loops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Isa {
     /// Plain Rust, no target features assumed (same results, slower without FMA hardware).
     Portable,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2Fma,
+    /// [`Isa::Avx2Fma`] plus AVX-512F: the batched `linear` micro-kernel keeps each 16-lane
+    /// accumulator in one 512-bit register; every other loop runs its AVX2 version.
+    Avx512,
 }
 
+impl Isa {
+    /// Every set, least capable first.
+    pub const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2Fma, Isa::Avx512];
+
+    /// The name `RUNNER_ISA` takes for this set.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2Fma => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether the AVX2/FMA/F16C loops may run.
+    #[inline(always)]
+    pub(crate) fn has_avx2(self) -> bool {
+        self >= Isa::Avx2Fma
+    }
+}
+
+/// The detected set plus one (0 = not detected yet).
 static DETECTED: AtomicU8 = AtomicU8::new(0);
 
-/// The environment variable that forces the portable path process-wide: `RUNNER_ISA=portable`
-/// (any other value, or none, means the best this CPU has). For checking results on every path.
+/// The environment variable that limits the instruction set process-wide: `RUNNER_ISA=portable`,
+/// `avx2` or `avx512` (a set above what the CPU has means the best it has; any other value, or
+/// none, means the best). For checking results on every path.
 pub const ISA_ENV: &str = "RUNNER_ISA";
 
 thread_local! {
@@ -36,32 +62,40 @@ thread_local! {
 }
 
 /// The instruction set kernels called from this thread run with: the best this CPU supports
-/// (detected once), unless `RUNNER_ISA=portable` or [`with_instruction_set`] asks for the
-/// portable path. Never a set the CPU lacks.
+/// (detected once), limited by `RUNNER_ISA` and by [`with_instruction_set`]. Never a set the
+/// CPU lacks.
 pub fn isa() -> Isa {
-    if LIMIT.with(Cell::get) == Some(Isa::Portable) {
-        return Isa::Portable;
-    }
-    match DETECTED.load(Ordering::Relaxed) {
-        1 => Isa::Portable,
-        2 => Isa::Avx2Fma,
-        _ => {
-            let forced = std::env::var(ISA_ENV).is_ok_and(|v| v.trim() == "portable");
-            let found = if forced { Isa::Portable } else { detect() };
-            DETECTED.store(
-                match found {
-                    Isa::Portable => 1,
-                    Isa::Avx2Fma => 2,
-                },
-                Ordering::Relaxed,
-            );
+    let found = match DETECTED.load(Ordering::Relaxed) {
+        0 => {
+            let env = std::env::var(ISA_ENV).ok();
+            let asked = Isa::ALL
+                .into_iter()
+                .find(|i| env.as_deref().map(str::trim) == Some(i.name()));
+            let found = detect().min(asked.unwrap_or(Isa::Avx512));
+            DETECTED.store(found as u8 + 1, Ordering::Relaxed);
             found
         }
-    }
+        n => Isa::ALL[usize::from(n - 1)],
+    };
+    LIMIT
+        .with(Cell::get)
+        .map_or(found, |limit| found.min(limit))
 }
 
-/// Run `f` with kernels called from this thread limited to `isa`: [`Isa::Portable`] forces the
-/// portable path; any other value means the best detected. The previous limit is restored after.
+/// `asked`, or less when this thread or CPU cannot run it: what a kernel's `*_on` entry point
+/// runs with. Never a set the CPU lacks.
+pub(crate) fn limit(asked: Isa) -> Isa {
+    isa().min(asked)
+}
+
+/// Every set kernels called from this thread can run with, least capable first.
+pub fn available() -> Vec<Isa> {
+    let best = isa();
+    Isa::ALL.into_iter().filter(|&i| i <= best).collect()
+}
+
+/// Run `f` with kernels called from this thread limited to `isa` (or less, when the CPU lacks
+/// it). The previous limit is restored after.
 pub fn with_instruction_set<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Isa>);
     impl Drop for Restore {
@@ -75,13 +109,15 @@ pub fn with_instruction_set<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> Isa {
-    if std::is_x86_feature_detected!("avx2")
+    let avx2 = std::is_x86_feature_detected!("avx2")
         && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-    {
-        Isa::Avx2Fma
-    } else {
+        && std::is_x86_feature_detected!("f16c");
+    if !avx2 {
         Isa::Portable
+    } else if std::is_x86_feature_detected!("avx512f") {
+        Isa::Avx512
+    } else {
+        Isa::Avx2Fma
     }
 }
 
@@ -92,7 +128,8 @@ fn detect() -> Isa {
 
 /// Declare `$name`, a copy of the `#[inline(always)]` function `$body` compiled for each
 /// [`Isa`], taking the `Isa` to run with as its first argument. The target-feature copy is only
-/// entered when [`isa()`] detected those features, so callers pass `isa()` or `Isa::Portable`.
+/// entered for a set that includes those features, so callers pass [`isa()`] or [`limit`]'s
+/// result, never a set the CPU lacks.
 macro_rules! with_isa {
     ($(#[$m:meta])* fn $name:ident $(<$($g:ident : $b:path),*>)? ($($a:ident : $t:ty),*) -> $r:ty = $body:path;) => {
         $(#[$m])*
@@ -102,14 +139,15 @@ macro_rules! with_isa {
             fn avx2 $(<$($g: $b),*>)? ($($a: $t),*) -> $r {
                 $body($($a),*)
             }
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `Isa::Avx2Fma` comes only from `simd::isa()`, which returns it only
-                // after `is_x86_feature_detected!` confirmed AVX2, FMA and F16C on this CPU;
-                // the public entry points map any other request to the detected value.
-                $crate::kernels::simd::Isa::Avx2Fma => unsafe { avx2($($a),*) },
-                _ => $body($($a),*),
+            #[cfg(target_arch = "x86_64")]
+            if isa.has_avx2() {
+                // SAFETY: a set from `Isa::Avx2Fma` up comes only from `simd::isa()` or
+                // `simd::limit`, which never exceed what `is_x86_feature_detected!` confirmed,
+                // and every such set includes AVX2, FMA and F16C.
+                return unsafe { avx2($($a),*) };
             }
+            let _ = isa;
+            $body($($a),*)
         }
     };
 }
@@ -214,13 +252,16 @@ pub(crate) fn decode16_avx2(bytes: &[u8], half: bool, out: &mut [f32]) {
 const FMA_CHAINS: usize = 12;
 
 /// One thread's f32 multiply-add throughput in flop/s (two per multiply-add), measured for about
-/// `seconds` with register-only chains: 8 lanes wide with AVX2+FMA, scalar otherwise. A probe
-/// of the machine's ceiling (`runner bench`), not a kernel.
+/// `seconds` with register-only chains as wide as [`isa()`] runs: 16 lanes with AVX-512, 8 with
+/// AVX2+FMA, scalar otherwise. A probe of the machine's ceiling (`runner bench`), not a kernel.
 pub fn fma_throughput(seconds: f64) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        // SAFETY: AVX2 and FMA were just detected.
-        return unsafe { fma_throughput_avx2(seconds) };
+    match isa() {
+        // SAFETY: `isa()` returns a set only after detecting its features.
+        Isa::Avx512 => return unsafe { fma_throughput_avx512(seconds) },
+        // SAFETY: as above; AVX2 and FMA are part of this set.
+        Isa::Avx2Fma => return unsafe { fma_throughput_avx2(seconds) },
+        _ => {}
     }
     let mut acc = [0.5f32; FMA_CHAINS];
     let start = std::time::Instant::now();
@@ -255,6 +296,26 @@ fn fma_throughput_avx2(seconds: f64) -> f64 {
     }
     std::hint::black_box(acc);
     (rounds << 20) as f64 * (FMA_CHAINS * 8 * 2) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_throughput_avx512(seconds: f64) -> f64 {
+    use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_set1_ps};
+    let mut acc: [__m512; FMA_CHAINS] = [_mm512_set1_ps(0.5); FMA_CHAINS];
+    let (a, b) = (_mm512_set1_ps(0.999_999_9), _mm512_set1_ps(1e-7));
+    let start = std::time::Instant::now();
+    let mut rounds = 0usize;
+    while rounds == 0 || start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..1 << 20 {
+            for r in acc.iter_mut() {
+                *r = _mm512_fmadd_ps(*r, a, b);
+            }
+        }
+        rounds += 1;
+    }
+    std::hint::black_box(acc);
+    (rounds << 20) as f64 * (FMA_CHAINS * 16 * 2) as f64 / start.elapsed().as_secs_f64()
 }
 
 /// bfloat16 bits to f32 (exact).
@@ -340,6 +401,42 @@ mod tests {
                     assert_eq!(got.to_bits(), want.to_bits(), "half={half} {bits:#06x}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_limit_never_raises_the_instruction_set() {
+        let best = isa();
+        for asked in Isa::ALL {
+            assert_eq!(with_instruction_set(asked, isa), best.min(asked));
+            assert_eq!(limit(asked), best.min(asked));
+            let nested = with_instruction_set(asked, || with_instruction_set(Isa::Avx512, isa));
+            assert_eq!(nested, best, "an inner limit replaces the outer one");
+            assert_eq!(
+                with_instruction_set(asked, || limit(Isa::Avx512)),
+                best.min(asked)
+            );
+        }
+        assert_eq!(available().first(), Some(&Isa::Portable));
+        assert_eq!(available().last(), Some(&best));
+        let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+        assert_eq!(names, ["portable", "avx2", "avx512"]);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn detection_picks_the_widest_set_this_cpu_has() {
+        let avx2 = std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c");
+        let want = match (avx2, std::is_x86_feature_detected!("avx512f")) {
+            (false, _) => Isa::Portable,
+            (true, false) => Isa::Avx2Fma,
+            (true, true) => Isa::Avx512,
+        };
+        assert_eq!(detect(), want);
+        if std::env::var_os(ISA_ENV).is_none() {
+            assert_eq!(isa(), want);
         }
     }
 

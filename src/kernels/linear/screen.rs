@@ -183,13 +183,9 @@ impl Screen {
 
     /// The rows that may hold the argmax of `x · wᵀ`, in increasing order; `None` when `x`
     /// is outside what the bound covers (then the caller scores every row).
-    /// `isa` is [`Isa::Portable`] or the detected one (any other value means the latter).
+    /// `isa` is limited to what this CPU has (see [`simd::limit`]).
     pub(crate) fn candidates(&self, isa: Isa, x: &[f32]) -> Option<Vec<usize>> {
-        let isa = if isa == Isa::Portable {
-            isa
-        } else {
-            simd::isa()
-        };
+        let isa = simd::limit(isa);
         if x.len() != self.k || x.iter().any(|v| !v.is_finite()) {
             return None;
         }
@@ -297,12 +293,13 @@ struct Quantised {
 /// Round `row` to `q · scale`; `None` (and `q` untouched) if it holds a NaN or an infinity.
 fn quantise_row(isa: Isa, row: &[f32], q: &mut [u8]) -> Option<Quantised> {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
             quantise_row_in(row, q)
         }
-        // SAFETY: `Isa::Avx2Fma` is only chosen when the CPU has AVX2 and FMA.
+        // SAFETY: `isa` never exceeds what the CPU has (`simd::isa`, `simd::limit`), and
+        // every set from `Isa::Avx2Fma` up includes AVX2 and FMA.
         return unsafe { avx2(row, q) };
     }
     let _ = isa;
@@ -341,8 +338,9 @@ fn quantise_row_in(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
 /// `Σ x_i q_i` in f32 (any order is covered by the bound).
 fn dot_i8(isa: Isa, x: &[f32], q: &[u8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
-        // SAFETY: `Isa::Avx2Fma` is only chosen when the CPU has AVX2 and FMA.
+    if isa.has_avx2() {
+        // SAFETY: `isa` never exceeds what the CPU has (`simd::isa`, `simd::limit`), and
+        // every set from `Isa::Avx2Fma` up includes AVX2 and FMA.
         return unsafe { dot_i8_avx2(x, q) };
     }
     let _ = isa;

@@ -112,15 +112,18 @@ fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
             let w = weight(dtype, &[n, k], &mut rng, 1.0);
             let wv = reference::weight_values(&w);
             let w32: Vec<f32> = wv.iter().map(|&v| v as f32).collect();
-            let y = linear(&x, &w).expect("valid shapes");
-            for i in 0..m {
-                for j in 0..n {
-                    let want = simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
-                    assert_eq!(
-                        y.data()[i * n + j].to_bits(),
-                        want.to_bits(),
-                        "{dtype:?} m={m} ({i}, {j})"
-                    );
+            for isa in simd::available() {
+                let y = linear_on(isa, &x, &w).expect("valid shapes");
+                for i in 0..m {
+                    for j in 0..n {
+                        let want =
+                            simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
+                        assert_eq!(
+                            y.data()[i * n + j].to_bits(),
+                            want.to_bits(),
+                            "{dtype:?} {isa:?} m={m} ({i}, {j})"
+                        );
+                    }
                 }
             }
         }
@@ -147,8 +150,10 @@ fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
                 "{dtype:?} m={m} portable vs {:?}",
                 simd::isa()
             );
-            let asked = linear_on(Isa::Avx2Fma, &x, &w).expect("valid");
-            assert_eq!(bits(&one), bits(&asked), "{dtype:?} m={m} via linear_on");
+            for isa in simd::available() {
+                let asked = with_threads(2, || linear_on(isa, &x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&asked), "{dtype:?} m={m} on {isa:?}");
+            }
         }
     }
 }
