@@ -103,10 +103,11 @@ fn rejects_linear_argmax_with_no_columns() {
 #[test]
 fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
     // Shapes crossing every blocking boundary: rows > MB, inner > KB with a tail, columns > NB;
-    // and a single row (the batch-1 path).
+    // row counts that leave every remainder of the 3- and 6-row micro-kernel tiles; and a
+    // single row (the batch-1 path).
     let (k, n) = (1061, 37);
     let mut rng = Rng::new(7);
-    for m in [70, 1] {
+    for m in [70, 11, 9, 2, 1] {
         let x = tensor(&[m, k], &mut rng, 1.0);
         for dtype in DTYPES {
             let w = weight(dtype, &[n, k], &mut rng, 1.0);
