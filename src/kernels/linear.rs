@@ -12,7 +12,7 @@
 //! accumulators persist across inner blocks. The micro-kernel exists per [`Isa`]: portable
 //! Rust, AVX2 (a 3 × 2 tile, each accumulator in two 256-bit registers) and AVX-512 (a 6 × 4
 //! tile, each accumulator in one 512-bit register); one x row instead streams the stored
-//! weights straight into registers ([`gemv`]).
+//! weights straight into registers (`linear/gemv.rs`).
 
 use super::error::KernelError;
 use super::parallel::{self, ColumnsMut};
