@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the kernel tests and the HF parity fixtures on an emulated CPU that has AVX-512, so the
 # `Isa::Avx512` path is checked on a machine without it. Not part of .ci/run: it builds an
-# emulator (a few minutes, once) and boots a kernel (about two minutes).
+# emulator (a few minutes, once), then boots a kernel and runs the tests (about 8 minutes).
 #
 #   scripts/emulate/isa_paths.sh [--model corei7_skylake_x] [-- LIB TEST FILTER ARGS...]
 #
@@ -10,13 +10,15 @@
 #      The default CPU model, Skylake-X, has AVX-512F/CD/BW/DQ/VL. (Bookworm's kernel stops
 #      booting on the tigerlake model inside an LSM's start-up, and on sapphire_rapids at
 #      enabling AMX state: xsetbv faults.)
-#   2. takes bookworm's kernel, isolinux and busybox-static packages (unpacked, not installed);
+#   2. takes bookworm's kernel, isolinux, busybox-static and vgabios packages (unpacked, not
+#      installed);
 #   3. builds the lib and parity test binaries statically (`+crt-static`, release);
 #   4. boots them from an ISO, on one emulated CPU, with the serial console in a file; the
 #      guest prints each test binary's output and `ISA-PATHS EXIT <code>`, then powers off.
 # Exit status: 0 when every test binary passed in the guest, 1 when one failed, 2 when the
 # guest never reported (the log is kept in $WORK/serial.log).
 #
+# Needs root (the initramfs's /dev/console is made with mknod) and Debian's apt lists.
 # Cache: $RUNNER_EMU_DIR (default target/emulate); delete it to start over.
 set -euo pipefail
 
@@ -28,7 +30,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) MODEL="$2"; shift 2 ;;
     --) shift; FILTER=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "isa_paths.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
