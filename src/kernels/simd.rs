@@ -263,59 +263,55 @@ pub fn fma_throughput(seconds: f64) -> f64 {
         Isa::Avx2Fma => return unsafe { fma_throughput_avx2(seconds) },
         _ => {}
     }
-    let mut acc = [0.5f32; FMA_CHAINS];
+    time_chains(seconds, 1, 1 << 17, 0.5f32, |r| {
+        r.mul_add(0.999_999_9, 1e-7)
+    })
+}
+
+/// Flop/s of `FMA_CHAINS` independent chains of `step` (one multiply-add on `lanes` lanes),
+/// stepped `batch` times between looks at the clock, for about `seconds`. Inlined into each
+/// target-feature caller, so `step` compiles to that set's instruction.
+#[inline(always)]
+fn time_chains<V: Copy>(
+    seconds: f64,
+    lanes: usize,
+    batch: usize,
+    init: V,
+    step: impl Fn(V) -> V,
+) -> f64 {
+    let mut acc = [init; FMA_CHAINS];
     let start = std::time::Instant::now();
     let mut rounds = 0usize;
     while rounds == 0 || start.elapsed().as_secs_f64() < seconds {
-        for _ in 0..1 << 17 {
-            for a in acc.iter_mut() {
-                *a = a.mul_add(0.999_999_9, 1e-7);
+        for _ in 0..batch {
+            for r in acc.iter_mut() {
+                *r = step(*r);
             }
         }
         rounds += 1;
     }
     std::hint::black_box(acc);
-    (rounds << 17) as f64 * (FMA_CHAINS * 2) as f64 / start.elapsed().as_secs_f64()
+    (rounds * batch) as f64 * (FMA_CHAINS * lanes * 2) as f64 / start.elapsed().as_secs_f64()
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn fma_throughput_avx2(seconds: f64) -> f64 {
-    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_set1_ps};
-    let mut acc: [__m256; FMA_CHAINS] = [_mm256_set1_ps(0.5); FMA_CHAINS];
+    use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_set1_ps};
     let (a, b) = (_mm256_set1_ps(0.999_999_9), _mm256_set1_ps(1e-7));
-    let start = std::time::Instant::now();
-    let mut rounds = 0usize;
-    while rounds == 0 || start.elapsed().as_secs_f64() < seconds {
-        for _ in 0..1 << 20 {
-            for r in acc.iter_mut() {
-                *r = _mm256_fmadd_ps(*r, a, b);
-            }
-        }
-        rounds += 1;
-    }
-    std::hint::black_box(acc);
-    (rounds << 20) as f64 * (FMA_CHAINS * 8 * 2) as f64 / start.elapsed().as_secs_f64()
+    time_chains(seconds, 8, 1 << 20, _mm256_set1_ps(0.5), |r| {
+        _mm256_fmadd_ps(r, a, b)
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn fma_throughput_avx512(seconds: f64) -> f64 {
-    use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_set1_ps};
-    let mut acc: [__m512; FMA_CHAINS] = [_mm512_set1_ps(0.5); FMA_CHAINS];
+    use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_set1_ps};
     let (a, b) = (_mm512_set1_ps(0.999_999_9), _mm512_set1_ps(1e-7));
-    let start = std::time::Instant::now();
-    let mut rounds = 0usize;
-    while rounds == 0 || start.elapsed().as_secs_f64() < seconds {
-        for _ in 0..1 << 20 {
-            for r in acc.iter_mut() {
-                *r = _mm512_fmadd_ps(*r, a, b);
-            }
-        }
-        rounds += 1;
-    }
-    std::hint::black_box(acc);
-    (rounds << 20) as f64 * (FMA_CHAINS * 16 * 2) as f64 / start.elapsed().as_secs_f64()
+    time_chains(seconds, 16, 1 << 20, _mm512_set1_ps(0.5), |r| {
+        _mm512_fmadd_ps(r, a, b)
+    })
 }
 
 /// bfloat16 bits to f32 (exact).
