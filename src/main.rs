@@ -3,41 +3,19 @@
 
 use std::process::ExitCode;
 
-/// Large blocks are kept for reuse instead of being mapped afresh each time (see `runner::heap`).
+/// Large blocks are kept for reuse instead of being mapped afresh each time (see
+/// `runner::memory::heap`). The features `system-alloc` and `mimalloc` swap in the system's or
+/// mimalloc's allocator instead, to measure ours against them (`runner bench` names the one
+/// it runs with; docs/performance.md has the comparison).
+#[cfg(not(any(feature = "system-alloc", feature = "mimalloc")))]
 #[global_allocator]
-static ALLOCATOR: runner::heap::Allocator = runner::heap::Allocator::new();
+static ALLOCATOR: runner::memory::heap::Allocator = runner::memory::heap::Allocator::new();
+
+#[cfg(all(feature = "mimalloc", not(feature = "system-alloc")))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    fix_heap_growth();
+    runner::memory::heap::tune_glibc_heap();
     runner::cli::main()
 }
-
-/// Every allocation of 1 MiB or more that the allocator above does not take (over-aligned ones)
-/// gets its own mapping, returned to the system when freed.
-///
-/// glibc raises this threshold whenever a mapped block is freed (up to 32 MiB), after which
-/// activations of a few MiB come from the heap instead, and a run whose sizes vary (a warm-up,
-/// prefill chunks, then decode steps) fragments the heap and keeps growing: 270m at batch 32
-/// peaked at 819 MiB instead of 591 MiB with the threshold fixed. Smaller blocks stay on the
-/// heap, where reuse is cheap.
-///
-/// Reuse is cheap only while the heap keeps its free top: glibc gives it back to the system
-/// once more than 128 KiB of it is free, so each decode step's few-hundred-KiB activations
-/// faulted their pages in afresh (a 270m batch-32 decode step spent a third of a `mul` in page
-/// faults). Keeping up to 16 MiB of free top cut a bench's page faults from 646k to 414k
-/// without raising any peak RSS by more than 1 MiB.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn fix_heap_growth() {
-    const THRESHOLD: libc::c_int = 1 << 20;
-    const KEEP_TOP: libc::c_int = 16 << 20;
-    // SAFETY: `mallopt` only sets an allocator parameter; it is called before any thread
-    // starts. A failure (0) leaves glibc's default, which is only slower to give memory back.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_TOP);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn fix_heap_growth() {}

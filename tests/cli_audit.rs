@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use runner::job::audit::{AuditLog, AuditRecord, Outcome};
-use runner::trust::digest::Digest;
+use runner::primitives::digest::Digest;
 
 struct Env {
     dir: tempfile::TempDir,

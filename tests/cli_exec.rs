@@ -15,8 +15,8 @@ use runner::model::config::ModelConfig;
 use runner::model::digest::model_digest;
 use runner::model::synthetic::SyntheticSpec;
 use runner::model::tokenizer::{cached_tokenizer_path, Tokenizer};
+use runner::primitives::digest::Digest;
 use runner::trust::certificate::Certificate;
-use runner::trust::digest::Digest;
 use serde_json::Value;
 
 const FIXTURE: &str = "tests/fixtures/models/tiny-270m";
@@ -480,7 +480,7 @@ fn rejects_certificate_signed_by_untrusted_keys() {
     env.keygen("stranger-2");
     env.approve("policies/gemma3.json", "stranger", "strangers.json", &[]);
     env.cosign("strangers.json", "stranger-2");
-    let stranger = runner::trust::keys::SecretKey::load(&env.path("keys/stranger.key"))
+    let stranger = runner::primitives::keys::SecretKey::load(&env.path("keys/stranger.key"))
         .unwrap()
         .key_id();
     env.refused(
@@ -943,7 +943,7 @@ fn a_model_written_during_the_run_signs_nothing() {
         .unwrap()
         .write_all_at(&[first], 0)
         .unwrap();
-    let key = runner::trust::keys::SecretKey::load(&env.path("keys/runner.key")).unwrap();
+    let key = runner::primitives::keys::SecretKey::load(&env.path("keys/runner.key")).unwrap();
     let err = run(admitted, &key, true).unwrap_err();
     assert!(
         matches!(&err, RunFailure::Model(FileError::Changed { path }) if path.ends_with("model/model.safetensors")),

@@ -8,18 +8,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use runner::job::spec::Generation;
 use runner::model::tokenizer::Template;
-use runner::trust::canonical::to_canonical;
+use runner::primitives::canonical::to_canonical;
+use runner::primitives::digest::Digest;
+use runner::primitives::dsse::Envelope;
+use runner::primitives::keys::SecretKey;
+use runner::primitives::time::Timestamp;
+use runner::restrict::policy::OutputKind;
 use runner::trust::certificate::Certificate;
-use runner::trust::digest::Digest;
-use runner::trust::dsse::Envelope;
-use runner::trust::keys::SecretKey;
-use runner::trust::policy::OutputKind;
+use runner::trust::generation::Generation;
 use runner::trust::receipt::{
     sign_receipt, FinishReasons, RunCounts, RunFacts, RunnerIdentity, RECEIPT_PAYLOAD_TYPE,
 };
-use runner::trust::time::Timestamp;
 
 const OUTPUTS: &[u8] = b"{\"id\":\"q1\",\"text\":\"Paris\",\"tokens\":[12,1]}\n";
 

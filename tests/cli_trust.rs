@@ -10,9 +10,9 @@ const ENGINE: &str = include_str!("../engines/gemma3.eng");
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use runner::primitives::dsse::Envelope;
+use runner::primitives::keys::SecretKey;
 use runner::trust::certificate::{Certificate, CERTIFICATE_PAYLOAD_TYPE};
-use runner::trust::dsse::Envelope;
-use runner::trust::keys::SecretKey;
 
 struct Env {
     dir: tempfile::TempDir,
@@ -197,7 +197,7 @@ fn rejects_keygen_overwrite_without_force() {
 #[test]
 fn policy_id_prints_short_full_and_digest() {
     let env = Env::new();
-    let policy = runner::trust::policy::Policy::load(&env.path("gemma3.json")).unwrap();
+    let policy = runner::restrict::policy::Policy::load(&env.path("gemma3.json")).unwrap();
     let out = env.ok(&["policy-id", "gemma3.json"]);
     assert!(
         out.starts_with(&format!("policy_id      {}\n", policy.policy_id().short())),
@@ -750,13 +750,13 @@ fn rejects_unknown_fields() {
     v["signatures"][0]["cert"] = "x".into();
     env.write(
         "env.json",
-        &runner::trust::canonical::to_canonical(&v).unwrap(),
+        &runner::primitives::canonical::to_canonical(&v).unwrap(),
     );
     env.fails(&["verify-cert", "env.json"], 2, "unknown field `cert`");
 
     let mut p: serde_json::Value = serde_json::from_str(&env.payload_text()).unwrap();
     p["approved_by"] = "everyone".into();
-    let text = runner::trust::canonical::to_canonical(&p).unwrap();
+    let text = runner::primitives::canonical::to_canonical(&p).unwrap();
     env.write_signed("payload.json", CERTIFICATE_PAYLOAD_TYPE, &text, &["a", "b"]);
     env.fails(
         &["verify-cert", "payload.json"],

@@ -9,7 +9,7 @@ use runner::job::generate::{GenerateError, Generator, Settings};
 use runner::model::synthetic::SyntheticSpec;
 use runner::model::weights::Checkpoint;
 use runner::restrict::check;
-use runner::trust::policy::Policy;
+use runner::restrict::policy::Policy;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -11,6 +11,7 @@ use runner::model::config::{ConfigError, LayerKind, ModelConfig};
 use runner::model::digest::model_digest;
 use runner::model::files::FileError;
 use runner::model::synthetic::SyntheticSpec;
+use runner::model::tensors::LayerTensor;
 use runner::model::weights::{Checkpoint, WeightsError};
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
@@ -62,8 +63,8 @@ fn loads_a_text_checkpoint_without_converting_weights() {
     let ck = Checkpoint::load(dir.path()).unwrap();
     assert_eq!(ck.layers.len(), spec.num_layers);
     assert_eq!(ck.embed.dtype(), DType::BF16);
-    assert_eq!(ck.layers[0].q_proj.shape(), &[64, 64]);
-    assert_eq!(ck.layers[0].k_proj.shape(), &[16, 64]);
+    assert_eq!(ck.layers[0][LayerTensor::QProj].shape(), &[64, 64]);
+    assert_eq!(ck.layers[0][LayerTensor::KProj].shape(), &[16, 64]);
     let kinds = &ck.config.layer_kinds;
     assert_eq!(kinds[5], LayerKind::Full);
     assert!(kinds[..5].iter().all(|k| *k == LayerKind::Sliding));
@@ -463,7 +464,7 @@ fn released_weight_pages_read_back_unchanged() {
     let before = ck.embed.bytes().to_vec();
     ck.embed.release(0..ck.embed.numel());
     assert_eq!(ck.embed.bytes(), &before[..]);
-    let layer = &ck.layers[0].q_proj;
+    let layer = &ck.layers[0][LayerTensor::QProj];
     let before = layer.bytes().to_vec();
     layer.release(3..layer.numel() - 5);
     assert_eq!(layer.bytes(), &before[..]);
@@ -477,16 +478,9 @@ fn layer_weights_hold_the_files_bytes_after_packing() {
     let ck = Checkpoint::load(dir.path()).unwrap();
     let stored = read_tensors(&dir.path().join("model.safetensors"));
     for (i, l) in ck.layers.iter().enumerate() {
-        for (name, w) in [
-            ("self_attn.q_proj", &l.q_proj),
-            ("self_attn.k_proj", &l.k_proj),
-            ("self_attn.v_proj", &l.v_proj),
-            ("self_attn.o_proj", &l.o_proj),
-            ("mlp.gate_proj", &l.gate_proj),
-            ("mlp.up_proj", &l.up_proj),
-            ("mlp.down_proj", &l.down_proj),
-        ] {
-            let key = format!("model.layers.{i}.{name}.weight");
+        // Every tensor, packed projections and mapped norms alike.
+        for (spec, w) in l.iter() {
+            let key = format!("model.layers.{i}.{}", spec.hf_suffix);
             let (_, shape, bytes) = stored.get(&key).unwrap_or_else(|| panic!("{key}"));
             assert_eq!(w.shape(), &shape[..], "{key}");
             assert_eq!(w.bytes(), &bytes[..], "{key}");
@@ -524,7 +518,7 @@ fn sealed_load_reads_the_hashed_files_even_after_they_are_replaced() {
     let embed = &original["model.embed_tokens.weight"].2;
     assert_eq!(ck.embed.bytes(), &embed[..]);
     assert_eq!(
-        ck.layers[1].gate_proj.bytes(),
+        ck.layers[1][LayerTensor::GateProj].bytes(),
         &original["model.layers.1.mlp.gate_proj.weight"].2[..]
     );
     // Unlinking the hashed file moved its ctime, which a write would also have done: the seal

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use runner::job::generate::{Finish, Generator, Settings};
 use runner::kernels::{self, with_instruction_set, Isa};
 use runner::model::weights::Checkpoint;
+use runner::restrict::policy::Policy;
 use runner::restrict::{check, Value};
-use runner::trust::policy::Policy;
 use serde_json::Value as Json;
 
 const LOGIT_TOLERANCE: f32 = 1e-3;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use runner::job::generate::{Generator, Settings};
 use runner::model::weights::Checkpoint;
+use runner::restrict::policy::Policy;
 use runner::restrict::{check, Checked};
-use runner::trust::policy::Policy;
 use serde_json::Value as Json;
 
 const SIX_LAYER_FIXTURES: [&str; 3] = ["tiny-270m", "tiny-4b", "tiny-27b"];

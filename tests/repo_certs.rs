@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use runner::model::digest::model_digest;
+use runner::primitives::digest::Digest;
 use runner::restrict::check;
+use runner::restrict::policy::Policy;
 use runner::trust::certificate::{Certificate, RestrictReport};
-use runner::trust::digest::Digest;
-use runner::trust::policy::Policy;
 
 const REAPPROVE: &str = "scripts/reapprove_repo.sh (then commit certs/)";
 

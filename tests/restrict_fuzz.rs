@@ -2,8 +2,8 @@
 //! byte flips, deletions and splices all end in `Ok` or a located error.
 
 use proptest::prelude::*;
+use runner::restrict::policy::Policy;
 use runner::restrict::{check, source_from_bytes, RestrictError};
-use runner::trust::policy::Policy;
 
 const SEEDS: &[&str] = &[
     include_str!("engines/mlp.eng"),

@@ -3,11 +3,11 @@
 //! every compile or run error names the call's line:col.
 
 use runner::kernels::{self, DType, KvCache, Tensor, Weight};
+use runner::restrict::policy::Policy;
 use runner::restrict::{
     check, compile, CompileErrorKind, Inputs, Plan, Pos, ProgramErrorKind, Record, RestrictError,
     RunErrorKind, Type, Value,
 };
-use runner::trust::policy::Policy;
 
 fn policy() -> Policy {
     let allow: Vec<&str> = runner::restrict::builtins::Builtin::ALL

@@ -2,10 +2,10 @@
 //! allow is refused with the specific error, and the owner's view and report never show a
 //! private name, number or hidden line.
 
+use runner::restrict::policy::Policy;
 use runner::restrict::{
     check, Pos, ProgramErrorKind, RegionKind, RestrictError, SyntaxErrorKind, Violation,
 };
-use runner::trust::policy::Policy;
 
 fn policy(allow: &[&str], deny: &[&str]) -> Policy {
     let doc = serde_json::json!({

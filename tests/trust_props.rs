@@ -5,12 +5,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
+use runner::primitives::digest::Digest;
+use runner::primitives::keys::SecretKey;
+use runner::primitives::time::Timestamp;
+use runner::restrict::policy::{Limits, OutputKind, Policy, POLICY_SCHEMA};
 use runner::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use runner::trust::config::TrustConfig;
-use runner::trust::digest::Digest;
-use runner::trust::keys::SecretKey;
-use runner::trust::policy::{Limits, OutputKind, Policy, POLICY_SCHEMA};
-use runner::trust::time::Timestamp;
 use runner::trust::verify::verify_certificate;
 
 const ISSUED: &str = "2026-11-01T00:00:00Z";

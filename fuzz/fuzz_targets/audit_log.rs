@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use runner::job::audit::{parse_line, verify_chain};
-use runner::trust::canonical::to_canonical_from;
+use runner::primitives::canonical::to_canonical_from;
 
 fuzz_target!(|data: &[u8]| {
     let _ = verify_chain(data);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runner::trust::dsse::Envelope;
+use runner::primitives::dsse::Envelope;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(env) = Envelope::parse(data) else {

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use runner::restrict::{check, source_from_bytes};
-use runner::trust::policy::Policy;
+use runner::restrict::policy::Policy;
 
 fuzz_target!(|data: &[u8]| {
     let policy = Policy::from_json(

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use runner::model::config::ModelConfig;
-use runner::trust::canonical::parse_strict;
+use runner::primitives::canonical::parse_strict;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(value) = parse_strict(data) {

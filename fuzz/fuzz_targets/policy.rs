@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runner::trust::policy::Policy;
+use runner::restrict::policy::Policy;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(policy) = Policy::from_json(data, "fuzz input") else {

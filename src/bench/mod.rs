@@ -12,6 +12,7 @@
 //! Flop counts are those of the linear layers (two per multiply-add): every layer projection
 //! per token, and the output head once per sequence per step (the engine applies it to the
 //! last position only). Attention's own flops are left out (small at benchmark lengths).
+#![forbid(unsafe_code)]
 
 pub mod memory;
 pub mod probe;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value as Json};
 
 use crate::job::generate::{GenerateError, Generator};
+use crate::model::tensors::{LayerTensor, LayerWeights};
 use crate::model::weights::Checkpoint;
 use crate::restrict::profile::{self, OpTime};
 use crate::restrict::Value;
@@ -331,30 +333,12 @@ impl ModelFacts {
         let n = |w: &crate::kernels::Weight| w.numel() as u64;
         let mut layer_linear = 0;
         let mut small = 0;
-        for l in &ck.layers {
-            layer_linear += [
-                &l.q_proj,
-                &l.k_proj,
-                &l.v_proj,
-                &l.o_proj,
-                &l.gate_proj,
-                &l.up_proj,
-                &l.down_proj,
-            ]
-            .into_iter()
-            .map(n)
-            .sum::<u64>();
-            small += [
-                &l.q_norm,
-                &l.k_norm,
-                &l.input_layernorm,
-                &l.post_attention_layernorm,
-                &l.pre_feedforward_layernorm,
-                &l.post_feedforward_layernorm,
-            ]
-            .into_iter()
-            .map(n)
-            .sum::<u64>();
+        for (spec, w) in ck.layers.iter().flat_map(LayerWeights::iter) {
+            if spec.is_projection() {
+                layer_linear += n(w);
+            } else {
+                small += n(w);
+            }
         }
         let head = n(&ck.lm_head);
         let mut params = layer_linear + small + n(&ck.embed) + n(&ck.norm);
@@ -364,7 +348,7 @@ impl ModelFacts {
         let dtype = ck
             .layers
             .first()
-            .map_or(ck.embed.dtype(), |l| l.q_proj.dtype());
+            .map_or(ck.embed.dtype(), |l| l[LayerTensor::QProj].dtype());
         let head_bytes = ck.lm_head.bytes().len() as u64;
         // Tied, the head's bytes are the embedding's and `weight_bytes` counts them once.
         let untied_embed = if ck.config.tie_word_embeddings {

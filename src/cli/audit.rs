@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use super::{print, CliResult};
-use crate::job::audit::{state_dir, AuditLog};
+use crate::job::audit::AuditLog;
+use crate::job::state::state_dir;
 
 /// Flags of `runner audit`.
 #[derive(Debug, clap::Args)]

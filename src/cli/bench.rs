@@ -19,7 +19,7 @@ use crate::job::generate::Generator;
 use crate::kernels;
 use crate::model::weights::Checkpoint;
 use crate::restrict;
-use crate::trust::policy::Policy;
+use crate::restrict::policy::Policy;
 
 /// Flags of `runner bench`.
 #[derive(Debug, clap::Args)]

@@ -6,18 +6,18 @@ use std::path::{Path, PathBuf};
 use time::OffsetDateTime;
 
 use super::{print, CliResult};
-use crate::atomic::{write_atomic, Overwrite, WriteError};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::model_digest;
+use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
+use crate::primitives::keys::SecretKey;
+use crate::primitives::time::Timestamp;
 use crate::restrict::check_bytes;
+use crate::restrict::policy::Policy;
 use crate::trust::certificate::{
     build_payload, check_note, read_certificate_file, resolve_window, CertError, Certificate,
     CertificatePayload, EngineFacts, Terms,
 };
 use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
-use crate::trust::keys::SecretKey;
-use crate::trust::policy::Policy;
-use crate::trust::time::Timestamp;
 use crate::trust::verify::{verify_certificate, VerifiedCertificate};
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {

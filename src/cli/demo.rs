@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use super::{print, CliResult};
-use crate::atomic::Overwrite;
 use crate::error::{Diagnose, Exit};
 use crate::job::admit::{admit, Request};
 use crate::job::audit::{AuditLog, AuditRecord, Outcome};
@@ -14,13 +13,14 @@ use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
 use crate::model::digest::model_digest;
 use crate::model::synthetic::SyntheticSpec;
 use crate::model::tokenizer::cached_tokenizer_path;
+use crate::primitives::atomic_file::Overwrite;
+use crate::primitives::keys::{write_key_pair, SecretKey};
+use crate::primitives::time::Timestamp;
 use crate::restrict::check;
+use crate::restrict::policy::Policy;
 use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
-use crate::trust::keys::{write_key_pair, SecretKey};
-use crate::trust::policy::Policy;
 use crate::trust::receipt::{subjects_of, verify_receipt};
-use crate::trust::time::Timestamp;
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
 const POLICY: &str = include_str!("../../policies/gemma3.json");

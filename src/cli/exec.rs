@@ -6,13 +6,14 @@ use std::path::PathBuf;
 use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::job::admit::{admit, Request};
-use crate::job::audit::{state_dir, AuditLog, AuditRecord, Outcome};
+use crate::job::audit::{AuditLog, AuditRecord, Outcome};
 use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::state::state_dir;
 use crate::job::superseded::Registry;
+use crate::primitives::digest::Digest;
+use crate::primitives::keys::SecretKey;
 use crate::trust::certificate::Certificate;
 use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
-use crate::trust::digest::Digest;
-use crate::trust::keys::SecretKey;
 use crate::trust::receipt::subjects_of;
 
 /// Flags of `runner exec`.

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::{print, CliResult};
-use crate::atomic::Overwrite;
-use crate::trust::keys::{write_key_pair, SecretKey};
+use crate::primitives::atomic_file::Overwrite;
+use crate::primitives::keys::{write_key_pair, SecretKey};
 
 /// Flags of `runner keygen`.
 #[derive(Debug, clap::Args)]

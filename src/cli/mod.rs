@@ -1,6 +1,7 @@
 //! The command-line front end: flag definitions, dispatch, and the mapping of errors to exit
 //! codes. Each subcommand's flags and glue live in one file here; the work is in the library
 //! modules they call.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::process::ExitCode;

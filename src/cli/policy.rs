@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::{print, CliResult};
+use crate::restrict::policy::Policy;
 use crate::restrict::VERIFIER_VERSION;
-use crate::trust::policy::Policy;
 
 /// Flags of `runner policy-id`.
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
-use crate::trust::keys::PublicKey;
+use crate::primitives::keys::PublicKey;
 use crate::trust::receipt::{read_receipt_file, verify_receipt, ReceiptError, VerifiedReceipt};
 
 /// Flags of `runner verify`.

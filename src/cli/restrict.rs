@@ -2,13 +2,13 @@
 //! policy, print the report, and write the owner's redacted view. On any refusal it prints every
 //! violation and writes nothing.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::CliResult;
 use crate::error::{Diagnose, Exit};
+use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
 use crate::restrict;
-use crate::trust::policy::Policy;
+use crate::restrict::policy::Policy;
 
 /// Flags of `runner restrict`.
 #[derive(Debug, clap::Args)]
@@ -45,13 +45,8 @@ pub enum RestrictCliError {
         path: PathBuf,
     },
     /// The view could not be written.
-    #[error("cannot write view {path}: {source}")]
-    WriteView {
-        /// The view path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    #[error("view not written: {0}")]
+    WriteView(WriteError),
 }
 
 impl Diagnose for RestrictCliError {
@@ -60,14 +55,14 @@ impl Diagnose for RestrictCliError {
             RestrictCliError::ReadEngine { .. } | RestrictCliError::ViewIsEngine { .. } => {
                 Exit::BadInput
             }
-            RestrictCliError::WriteView { .. } => Exit::Failure,
+            RestrictCliError::WriteView(_) => Exit::Failure,
         }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
             RestrictCliError::ReadEngine { .. } => "check the engine path".into(),
             RestrictCliError::ViewIsEngine { .. } => "choose another file for --view".into(),
-            RestrictCliError::WriteView { .. } => {
+            RestrictCliError::WriteView(_) => {
                 "check that the directory exists and is writable".into()
             }
         })
@@ -89,12 +84,9 @@ pub fn restrict(args: RestrictArgs) -> CliResult {
     }
     let checked = restrict::check_bytes(&bytes, &origin, &policy)?;
     if let Some(view) = &args.view {
-        write_atomic(view, checked.view().as_bytes()).map_err(|source| {
-            RestrictCliError::WriteView {
-                path: view.clone(),
-                source,
-            }
-        })?;
+        // A reader sees the old view or the whole new one, never a part.
+        write_atomic(view, checked.view().as_bytes(), 0o644, Overwrite::Replace)
+            .map_err(RestrictCliError::WriteView)?;
     }
     let report = checked.report();
     if args.json {
@@ -113,30 +105,4 @@ fn same_file(a: &Path, b: &Path) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
     }
-}
-
-/// Write `bytes` to `path` through a temporary file in the same directory and a rename, so a
-/// reader sees the old file or the whole new one, never a part.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map_or_else(|| "view".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

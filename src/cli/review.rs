@@ -7,8 +7,8 @@ use super::cert::load_certificate;
 use super::{print, CliResult};
 use crate::model::digest::model_digest;
 use crate::restrict::check_bytes;
+use crate::restrict::policy::Policy;
 use crate::trust::certificate::EngineFacts;
-use crate::trust::policy::Policy;
 use crate::trust::review::review as make_review;
 
 /// Flags of `runner review`.

@@ -30,11 +30,11 @@ use crate::model::tokenizer::{
     cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256, TOKENIZER_FILE,
 };
 use crate::model::weights::{Checkpoint, WeightsError};
+use crate::primitives::digest::Digest;
+use crate::restrict::policy::OutputKind;
 use crate::restrict::{check_bytes, RestrictError};
 use crate::trust::certificate::{CertError, RestrictReport};
 use crate::trust::config::TrustConfig;
-use crate::trust::digest::Digest;
-use crate::trust::policy::OutputKind;
 use crate::trust::verify::{verify_certificate, VerifiedCertificate};
 
 /// What the operator asked to run.
@@ -394,7 +394,7 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
     })?;
     let job = JobSpec::parse(job_text, req.job)?;
     // Before any hashing: finding this out after reading a multi-GiB model wastes the wait.
-    if super::run::output_dir_in_use(&job.output_dir) {
+    if super::publish::output_dir_in_use(&job.output_dir) {
         return Err(Refusal::OutputExists(job.output_dir.clone()));
     }
 

@@ -16,47 +16,27 @@
 //! Entries record digests and outcomes only. `reason` is the error text of a refusal or failure;
 //! error texts in this crate never carry input or output contents (see [`super::inputs`]).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::state::{create_private_dir, open_for_append};
 use crate::error::{Diagnose, Exit};
-use crate::trust::canonical::{parse_strict, to_canonical_from};
-use crate::trust::digest::Digest;
+use crate::primitives::canonical::{parse_strict, to_canonical_from};
+use crate::primitives::digest::Digest;
+use crate::primitives::time::Timestamp;
 use crate::trust::receipt::{RunFacts, Subject};
-use crate::trust::time::Timestamp;
 
 /// The log's file name inside the state directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
-
-/// Environment variable naming the state directory when `--state-dir` is not given.
-pub const STATE_DIR_ENV: &str = "RUNNER_STATE_DIR";
-
-/// State directory when neither `--state-dir` nor [`STATE_DIR_ENV`] is given (relative to the
-/// working directory).
-pub const DEFAULT_STATE_DIR: &str = ".runner-state";
 
 /// Longest `reason` kept, in bytes; longer texts are cut at a character boundary.
 pub const MAX_REASON_LEN: usize = 4096;
 
 /// `prev` of the first entry.
 pub const GENESIS_PREV: Digest = Digest([0; 32]);
-
-/// The state directory: `flag` if given, else `$RUNNER_STATE_DIR` if set and non-empty, else
-/// `./.runner-state`.
-pub fn state_dir(flag: Option<&Path>) -> PathBuf {
-    resolve_state_dir(flag, std::env::var_os(STATE_DIR_ENV))
-}
-
-fn resolve_state_dir(flag: Option<&Path>, env: Option<std::ffi::OsString>) -> PathBuf {
-    match (flag, env) {
-        (Some(dir), _) => dir.to_owned(),
-        (None, Some(dir)) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(DEFAULT_STATE_DIR),
-    }
-}
 
 /// How an exec attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -499,31 +479,6 @@ fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
-#[cfg(unix)]
-pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(dir)
-}
-
-pub(crate) fn open_for_append(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true).append(true).create(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    options.open(path)
-}
-
 enum LastLine {
     Empty,
     Truncated,
@@ -887,26 +842,5 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(log.path()), 0o600);
         assert_eq!(mode(log.path().parent().unwrap()), 0o700);
-    }
-
-    #[test]
-    fn state_dir_prefers_flag_then_environment_then_default() {
-        let flag = Path::new("/flag");
-        assert_eq!(
-            resolve_state_dir(Some(flag), Some("/env".into())),
-            PathBuf::from("/flag")
-        );
-        assert_eq!(
-            resolve_state_dir(None, Some("/env".into())),
-            PathBuf::from("/env")
-        );
-        assert_eq!(
-            resolve_state_dir(None, Some("".into())),
-            PathBuf::from(".runner-state")
-        );
-        assert_eq!(
-            resolve_state_dir(None, None),
-            PathBuf::from(".runner-state")
-        );
     }
 }

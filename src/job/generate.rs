@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use crate::error::{Diagnose, Exit};
+use crate::job::model_value::{layer_columns, model_record};
 use crate::kernels::KernelError;
-use crate::model::record::{layer_columns, model_record};
 use crate::model::weights::Checkpoint;
 use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Value};
 

@@ -121,7 +121,7 @@ pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError
         if text.trim().is_empty() {
             continue;
         }
-        crate::trust::canonical::parse_strict(text.as_bytes())
+        crate::primitives::canonical::parse_strict(text.as_bytes())
             .map_err(|e| bad(redact_serde(&e)))?;
         let raw: RawInput = serde_json::from_str(text).map_err(|e| bad(redact_serde(&e)))?;
         let given = [

@@ -1,11 +1,15 @@
 //! Jobs: the job file, the private inputs, the trusted boundary that admits a job, greedy
 //! batched generation through the compiled engine, publishing outputs with a receipt, and the
 //! audit log of exec attempts.
+#![forbid(unsafe_code)]
 
 pub mod admit;
 pub mod audit;
 pub mod generate;
 pub mod inputs;
+pub mod model_value;
+pub mod publish;
 pub mod run;
 pub mod spec;
+pub mod state;
 pub mod superseded;

@@ -1,31 +1,24 @@
 //! Running an admitted job: batches through the compiled engine, `outputs.jsonl`, the signed
-//! receipt, and publishing both at once.
-//!
-//! The pair is published atomically as a directory: both files are written and fsynced into a
-//! sibling staging directory (`<output_dir>.partial-<pid>`), which is then renamed to
-//! `output_dir`. After a crash either the complete pair exists or `output_dir` does not; a stale
-//! staging directory from a crashed run is removed by the next run. An existing non-empty
-//! `output_dir` is never overwritten.
+//! receipt, and publishing both at once ([`publish`](super::publish)).
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::admit::Admitted;
 use super::generate::{Finish, GenerateError, Settings};
+use super::publish::{check_output_dir, publish, PublishError};
 use crate::error::{Diagnose, Exit};
 use crate::model::files::FileError;
 use crate::model::tokenizer::TokenizerError;
-use crate::trust::keys::SecretKey;
-use crate::trust::policy::OutputKind;
+use crate::primitives::keys::SecretKey;
+use crate::primitives::time::Timestamp;
+use crate::restrict::policy::OutputKind;
 use crate::trust::receipt::{
     sign_receipt, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
 };
 pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE};
-use crate::trust::time::Timestamp;
 
 /// What a finished run produced.
 #[derive(Debug, Clone)]
@@ -44,9 +37,9 @@ pub struct RunResult {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunFailure {
-    /// The output directory exists and is not empty.
-    #[error("output directory {0} already exists and is not empty")]
-    OutputExists(PathBuf),
+    /// The outputs could not be published.
+    #[error(transparent)]
+    Publish(#[from] PublishError),
     /// The engine failed.
     #[error(transparent)]
     Generate(Box<GenerateError>),
@@ -72,7 +65,7 @@ pub enum RunFailure {
 impl Diagnose for RunFailure {
     fn exit(&self) -> Exit {
         match self {
-            RunFailure::OutputExists(_) => Exit::BadInput,
+            RunFailure::Publish(e) => e.exit(),
             // An engine that does not fit the checkpoint is the inputs' fault, not the run's.
             RunFailure::Generate(e) => e.exit(),
             RunFailure::Model(e) => e.exit(),
@@ -81,9 +74,7 @@ impl Diagnose for RunFailure {
     }
     fn hint(&self) -> Option<String> {
         match self {
-            RunFailure::OutputExists(_) => {
-                Some("choose a new output_dir in the job, or move the old results away".into())
-            }
+            RunFailure::Publish(e) => e.hint(),
             RunFailure::Generate(e) => e.hint(),
             RunFailure::Model(e) => e.hint(),
             _ => None,
@@ -96,28 +87,6 @@ impl From<GenerateError> for RunFailure {
     fn from(e: GenerateError) -> RunFailure {
         RunFailure::Generate(Box::new(e))
     }
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunFailure + '_ {
-    move |source| RunFailure::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// Whether `dir` cannot take a job's outputs: a file, or a directory with entries.
-pub fn output_dir_in_use(dir: &Path) -> bool {
-    let non_empty = fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
-    non_empty || dir.is_file()
-}
-
-/// Refuse if the job's outputs could not be published (admission checked this already, before
-/// hashing the model; checked again here in case the directory was filled since).
-pub fn check_output_dir(dir: &Path) -> Result<(), RunFailure> {
-    if output_dir_in_use(dir) {
-        return Err(RunFailure::OutputExists(dir.to_owned()));
-    }
-    Ok(())
 }
 
 fn progress_bar(inputs: usize, quiet: bool) -> ProgressBar {
@@ -232,51 +201,4 @@ pub fn run(
         outputs,
         receipt,
     })
-}
-
-/// Write `files` into a staging directory beside `dir`, fsync, and rename it to `dir`.
-pub fn publish(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), RunFailure> {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "outputs".into());
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&parent).map_err(io(&parent))?;
-    remove_stale_staging(&parent, &name);
-    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir(&staging).map_err(io(&staging))?;
-    for (file, bytes) in files {
-        let path = staging.join(file);
-        let mut f = fs::File::create(&path).map_err(io(&path))?;
-        f.write_all(bytes).map_err(io(&path))?;
-        f.sync_all().map_err(io(&path))?;
-    }
-    fs::File::open(&staging)
-        .and_then(|d| d.sync_all())
-        .map_err(io(&staging))?;
-    // An empty output_dir (made by the operator) is replaced; a non-empty one was refused.
-    if dir.is_dir() {
-        fs::remove_dir(dir).map_err(|_| RunFailure::OutputExists(dir.to_owned()))?;
-    }
-    fs::rename(&staging, dir).map_err(io(dir))?;
-    fs::File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(io(&parent))?;
-    Ok(())
-}
-
-/// Staging directories left by crashed runs of the same output directory.
-fn remove_stale_staging(parent: &Path, name: &str) {
-    let prefix = format!(".{name}.partial-");
-    if let Ok(entries) = fs::read_dir(parent) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = fs::remove_dir_all(e.path());
-            }
-        }
-    }
 }

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Diagnose, Exit};
-use crate::model::tokenizer::Template;
-use crate::trust::policy::OutputKind;
+pub use crate::trust::generation::Generation;
 
 /// A parsed, path-resolved job.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,30 +30,6 @@ pub struct JobSpec {
     pub tokenizer: Option<PathBuf>,
     /// Generation settings.
     pub generation: Generation,
-}
-
-/// The `[generation]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Generation {
-    /// Sequences run together.
-    pub batch_size: u32,
-    /// Generated tokens per input, at most.
-    pub max_new_tokens: u32,
-    /// How text prompts become tokens.
-    #[serde(default = "default_template")]
-    pub template: Template,
-    /// What `outputs.jsonl` carries per input.
-    #[serde(default = "default_outputs")]
-    pub outputs: Vec<OutputKind>,
-}
-
-fn default_template() -> Template {
-    Template::Chat
-}
-
-fn default_outputs() -> Vec<OutputKind> {
-    vec![OutputKind::Text, OutputKind::Tokens]
 }
 
 #[derive(Deserialize)]

@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::audit::{create_private_dir, open_for_append};
+use super::state::{create_private_dir, open_for_append};
 use crate::error::{Diagnose, Exit};
-use crate::trust::canonical::to_canonical_from;
-use crate::trust::digest::Digest;
-use crate::trust::time::Timestamp;
+use crate::primitives::canonical::to_canonical_from;
+use crate::primitives::digest::Digest;
+use crate::primitives::time::Timestamp;
 
 /// File name of the registry inside the state directory.
 pub const SUPERSEDED_FILE: &str = "superseded.jsonl";

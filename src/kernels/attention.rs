@@ -286,7 +286,7 @@ pub fn attention_on(
     pad: &[usize],
     scale: f32,
 ) -> Result<Tensor, KernelError> {
-    let isa = simd::limit(isa);
+    let cpu = simd::limit(isa);
     let dims = check(q, k, v, cache, pad, scale)?;
     let mut out = vec![0.0f32; q.data().len()];
     let ctx = Ctx {
@@ -306,7 +306,7 @@ pub fn attention_on(
         &mut out,
         dims.d,
         MIN_TASK_MACS.div_ceil(per_row),
-        |rows, dst| attend_on(isa, &ctx, rows, dst),
+        |rows, dst| attend_on(cpu, &ctx, rows, dst),
     );
     cache.append(k.data(), v.data(), dims.t_len);
     Tensor::new(q.shape().to_vec(), out).map_err(|_| KernelError::TooLarge {

@@ -2,11 +2,12 @@
 //!
 //! Each output element is one f32 operation on its inputs (for `gelu_tanh`, a fixed sequence of
 //! them, in PyTorch's order), so results never depend on how the work is split.
+#![allow(unsafe_code)]
 
 use super::error::KernelError;
 use super::math;
 use super::parallel;
-use super::simd::{self, Isa};
+use super::simd::{self, Cpu};
 use super::tensor::Tensor;
 
 /// Elements below which a thread start does not pay off, for one f32 operation per element.
@@ -40,8 +41,8 @@ pub fn scale(x: &Tensor, s: f32) -> Tensor {
 /// then `(0.5·x)·(1 + tanh(inner))`, each step rounded to f32; `tanh` is correctly rounded
 /// (see `kernels::math`: computed in f64 and rounded once).
 pub fn gelu_tanh(x: &Tensor) -> Tensor {
-    let isa = simd::isa();
-    map(x, MIN_TASK_ELEMS_GELU, |src, dst| gelu_slice(isa, src, dst))
+    let cpu = simd::cpu();
+    map(x, MIN_TASK_ELEMS_GELU, |src, dst| gelu_slice(cpu, src, dst))
 }
 
 const GELU_BETA: f32 = (std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5) as f32;
@@ -56,15 +57,15 @@ pub(crate) fn gelu_one(x: f32) -> f32 {
 }
 
 /// [`gelu_one`] of every element of `src` into `dst` (same length).
-fn gelu_slice(isa: Isa, src: &[f32], dst: &mut [f32]) {
+fn gelu_slice(cpu: Cpu, src: &[f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: `isa` comes from `simd::isa()`, which never returns a set the CPU lacks,
-        // and every set from `Isa::Avx2Fma` up includes AVX2, FMA and F16C.
+    if cpu.has_avx2() {
+        // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2, FMA and F16C
+        // were confirmed.
         unsafe { gelu_avx2(src, dst) };
         return;
     }
-    let _ = isa;
+    let _ = cpu;
     for (o, v) in dst.iter_mut().zip(src) {
         *o = gelu_one(*v);
     }

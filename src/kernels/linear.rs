@@ -13,18 +13,17 @@
 //! Rust, AVX2 (a 3 × 2 tile, each accumulator in two 256-bit registers) and AVX-512 (a 6 × 4
 //! tile, each accumulator in one 512-bit register); one x row instead streams the stored
 //! weights straight into registers (`linear/gemv.rs`).
+#![allow(unsafe_code)]
 
 use super::error::KernelError;
 use super::parallel::{self, ColumnsMut};
-use super::simd::{self, Isa, LANES};
+use super::screen::Screen;
+use super::simd::{self, Cpu, Isa, LANES};
 use super::softmax::argmax_row;
 use super::tensor::{DType, Tensor, Weight};
 
 #[cfg(target_arch = "x86_64")]
 mod gemv;
-mod screen;
-
-pub(crate) use screen::Screen;
 
 /// Weight rows per decoded tile.
 const NB: usize = 8;
@@ -74,13 +73,13 @@ pub fn linear_portable(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
 /// [`linear`] on a chosen instruction set, or the best below it this CPU has (so an unsupported
 /// request can never run). Results are identical on every set.
 pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
-    let isa = simd::limit(isa);
+    let cpu = simd::limit(isa);
     let (m, k, n, shape) = check("linear", x.shape(), w.shape())?;
     let src = WeightRows {
         bytes: w.bytes(),
         dtype: w.dtype(),
     };
-    let data = run(isa, x.data(), m, k, n, &src);
+    let data = run(cpu, x.data(), m, k, n, &src);
     make(shape, data)
 }
 
@@ -88,7 +87,7 @@ pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError
 /// already in f32).
 pub fn linear_t(x: &Tensor, w: &Tensor) -> Result<Tensor, KernelError> {
     let (m, k, n, shape) = check("linear_t", x.shape(), w.shape())?;
-    let data = run(simd::isa(), x.data(), m, k, n, &F32Rows(w.data()));
+    let data = run(simd::cpu(), x.data(), m, k, n, &F32Rows(w.data()));
     make(shape, data)
 }
 
@@ -215,11 +214,11 @@ impl Rows for F32Rows<'_> {
 }
 
 /// `[m, n]`, the output columns split between threads, each filling its own columns in place.
-fn run<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
+fn run<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     let min_cols = min_task_cols(m, k);
     parallel::for_columns(&mut out, n, min_cols, NB, per_thread(m), |mut block| {
-        columns_on(isa, x, m, k, w, &mut block)
+        columns_on(cpu, x, m, k, w, &mut block)
     });
     out
 }
@@ -267,14 +266,14 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             shape,
         });
     }
-    let isa = simd::isa();
+    let cpu = simd::cpu();
     let src = WeightRows {
         bytes: w.bytes(),
         dtype: w.dtype(),
     };
     let x = x.data();
     if takes_screen(m, n) {
-        if let Some(id) = screened_argmax(isa, x, w.screen(), &src) {
+        if let Some(id) = screened_argmax(cpu, x, w.screen(), &src) {
             return Ok(vec![id]);
         }
     }
@@ -286,7 +285,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             let chunk = c0..(c0 + ARGMAX_CHUNK).min(cols.end);
             let buf = &mut scratch[..m * chunk.len()];
             columns_on(
-                isa,
+                cpu,
                 x,
                 m,
                 k,
@@ -329,8 +328,8 @@ fn takes_screen(m: usize, n: usize) -> bool {
 /// `linear_argmax` of one x row through `screen` (of the weight `w` holds): the candidate rows,
 /// scored by the same kernel as every other column and merged in index order. `None` when the
 /// screen cannot bound this x or keeps too many rows; the caller then scores every row.
-fn screened_argmax(isa: Isa, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> Option<u32> {
-    let rows = screen.candidates(isa, x)?;
+fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> Option<u32> {
+    let rows = screen.candidates(cpu.isa(), x)?;
     if rows.len() > screen.rows() / SCREEN_MAX_SHARE {
         return None;
     }
@@ -339,7 +338,7 @@ fn screened_argmax(isa: Isa, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> 
     let mut score = [0.0f32];
     for j in rows {
         columns_on(
-            isa,
+            cpu,
             x,
             1,
             k,
@@ -396,7 +395,7 @@ impl Best {
 }
 
 /// [`columns`] on the chosen instruction set.
-fn columns_on<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+fn columns_on<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
@@ -414,11 +413,10 @@ fn columns_on<S: Rows>(isa: Isa, x: &[f32], m: usize, k: usize, w: &S, out: &mut
             columns::<S, AVX512>(x, m, k, w, out)
         }
     }
-    match isa {
+    match cpu.isa() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `isa` comes from `simd::isa()` or `simd::limit` (see `linear_on`), which
-        // return `Isa::Avx512` only after `is_x86_feature_detected!` confirmed AVX-512F as
-        // well as AVX2, FMA and F16C.
+        // SAFETY: only detection makes a `Cpu`, and `Isa::Avx512` in one means
+        // `is_x86_feature_detected!` confirmed AVX-512F as well as AVX2, FMA and F16C.
         Isa::Avx512 => unsafe { avx512(x, m, k, w, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2, FMA and F16C.

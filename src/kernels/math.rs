@@ -6,6 +6,7 @@
 //! the correctly rounded f32 except when the true value lies within ~2^-29 (relative) of the
 //! midpoint between two f32 values. That makes these agree with any accurate f32 library
 //! (PyTorch's Sleef paths are within 1 ulp) and never depend on vector width or thread count.
+#![allow(unsafe_code)]
 
 /// `e^x`.
 #[inline]

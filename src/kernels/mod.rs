@@ -15,6 +15,7 @@ pub mod parallel;
 mod pool;
 pub mod reference;
 pub mod rope;
+mod screen;
 pub mod simd;
 pub mod softmax;
 pub mod tensor;

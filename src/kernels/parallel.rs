@@ -12,6 +12,7 @@
 //! threads claim one at a time (`run_claimed`); column and range splits can be cut finer than
 //! one piece per thread, so a core slowed by a neighbour (this VM's other tenants) does not
 //! hold the other one up.
+#![allow(unsafe_code)]
 
 use std::cell::Cell;
 use std::marker::PhantomData;

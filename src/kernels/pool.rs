@@ -11,6 +11,7 @@
 //!
 //! One caller at a time: a thread that finds the pool in use runs its job alone, which gives
 //! the same results (jobs split only independent outputs) and cannot deadlock.
+#![allow(unsafe_code)]
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

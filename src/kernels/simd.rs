@@ -7,6 +7,7 @@
 //! plus lane `i + 8`, then `i + 4`, `i + 2`, `i + 1`). A tail shorter than 16 feeds lanes
 //! `0..tail` only. The portable path gets the same fused results from `f32::mul_add` (a libm
 //! call where the target has no FMA instruction), so results never depend on which path ran.
+#![allow(unsafe_code)]
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -40,11 +41,32 @@ impl Isa {
             Isa::Avx512 => "avx512",
         }
     }
+}
+
+/// An instruction set this CPU runs, as a proof: only detection makes one ([`cpu`], [`limit`]),
+/// and detection never yields a set `is_x86_feature_detected!` did not confirm. Every
+/// `target_feature` copy of a loop is entered through one, so the `SAFETY` argument of those
+/// calls is a fact of this type: no other code can build one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Cpu(Isa);
+
+impl Cpu {
+    /// The set this token stands for.
+    #[inline(always)]
+    pub(crate) fn isa(self) -> Isa {
+        self.0
+    }
 
     /// Whether the AVX2/FMA/F16C loops may run.
     #[inline(always)]
     pub(crate) fn has_avx2(self) -> bool {
-        self >= Isa::Avx2Fma
+        self.0 >= Isa::Avx2Fma
+    }
+
+    /// Whether the AVX-512F loops may run.
+    #[inline(always)]
+    pub(crate) fn has_avx512(self) -> bool {
+        self.0 >= Isa::Avx512
     }
 }
 
@@ -65,6 +87,11 @@ thread_local! {
 /// (detected once), limited by `RUNNER_ISA` and by [`with_instruction_set`]. Never a set the
 /// CPU lacks.
 pub fn isa() -> Isa {
+    cpu().0
+}
+
+/// [`isa`], as the token the `target_feature` loops take.
+pub(crate) fn cpu() -> Cpu {
     let found = match DETECTED.load(Ordering::Relaxed) {
         0 => {
             let env = std::env::var(ISA_ENV).ok();
@@ -77,15 +104,15 @@ pub fn isa() -> Isa {
         }
         n => Isa::ALL[usize::from(n - 1)],
     };
-    LIMIT
+    Cpu(LIMIT
         .with(Cell::get)
-        .map_or(found, |limit| found.min(limit))
+        .map_or(found, |limit| found.min(limit)))
 }
 
 /// `asked`, or less when this thread or CPU cannot run it: what a kernel's `*_on` entry point
 /// runs with. Never a set the CPU lacks.
-pub(crate) fn limit(asked: Isa) -> Isa {
-    isa().min(asked)
+pub(crate) fn limit(asked: Isa) -> Cpu {
+    Cpu(isa().min(asked))
 }
 
 /// Every set kernels called from this thread can run with, least capable first.
@@ -127,26 +154,27 @@ fn detect() -> Isa {
 }
 
 /// Declare `$name`, a copy of the `#[inline(always)]` function `$body` compiled for each
-/// [`Isa`], taking the `Isa` to run with as its first argument. The target-feature copy is only
-/// entered for a set that includes those features, so callers pass [`isa()`] or [`limit`]'s
-/// result, never a set the CPU lacks.
+/// [`Isa`], taking the [`Cpu`] token to run with as its first argument. The target-feature copy
+/// is only entered for a token that includes those features, and only detection makes tokens.
+/// The one `unsafe` block is written here, so the files that use the macro need no `unsafe` of
+/// their own.
 macro_rules! with_isa {
     ($(#[$m:meta])* fn $name:ident $(<$($g:ident : $b:path),*>)? ($($a:ident : $t:ty),*) -> $r:ty = $body:path;) => {
         $(#[$m])*
-        fn $name $(<$($g: $b),*>)? (isa: $crate::kernels::simd::Isa, $($a: $t),*) -> $r {
+        fn $name $(<$($g: $b),*>)? (cpu: $crate::kernels::simd::Cpu, $($a: $t),*) -> $r {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma,f16c")]
             fn avx2 $(<$($g: $b),*>)? ($($a: $t),*) -> $r {
                 $body($($a),*)
             }
             #[cfg(target_arch = "x86_64")]
-            if isa.has_avx2() {
-                // SAFETY: a set from `Isa::Avx2Fma` up comes only from `simd::isa()` or
-                // `simd::limit`, which never exceed what `is_x86_feature_detected!` confirmed,
-                // and every such set includes AVX2, FMA and F16C.
+            if cpu.has_avx2() {
+                // SAFETY: only detection makes a `Cpu`, and one from `Isa::Avx2Fma` up means
+                // `is_x86_feature_detected!` confirmed AVX2, FMA and F16C.
+                #[allow(unsafe_code)]
                 return unsafe { avx2($($a),*) };
             }
-            let _ = isa;
+            let _ = cpu;
             $body($($a),*)
         }
     };
@@ -256,12 +284,16 @@ const FMA_CHAINS: usize = 12;
 /// AVX2+FMA, scalar otherwise. A probe of the machine's ceiling (`runner bench`), not a kernel.
 pub fn fma_throughput(seconds: f64) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    match isa() {
-        // SAFETY: `isa()` returns a set only after detecting its features.
-        Isa::Avx512 => return unsafe { fma_throughput_avx512(seconds) },
-        // SAFETY: as above; AVX2 and FMA are part of this set.
-        Isa::Avx2Fma => return unsafe { fma_throughput_avx2(seconds) },
-        _ => {}
+    {
+        let cpu = cpu();
+        if cpu.has_avx512() {
+            // SAFETY: the `Cpu` token says detection confirmed AVX-512F.
+            return unsafe { fma_throughput_avx512(seconds) };
+        }
+        if cpu.has_avx2() {
+            // SAFETY: the `Cpu` token says detection confirmed AVX2 and FMA.
+            return unsafe { fma_throughput_avx2(seconds) };
+        }
     }
     time_chains(seconds, 1, 1 << 17, 0.5f32, |r| {
         r.mul_add(0.999_999_9, 1e-7)
@@ -375,7 +407,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_decoding_matches_scalar_decoding_for_every_bit_pattern() {
-        if isa() != Isa::Avx2Fma {
+        if !cpu().has_avx2() {
             return;
         }
         // 65536 patterns plus 3, so the scalar tail runs too.
@@ -383,7 +415,7 @@ mod tests {
         let bytes: Vec<u8> = patterns.iter().flat_map(|b| b.to_le_bytes()).collect();
         for half in [false, true] {
             let mut out = vec![0.0f32; patterns.len()];
-            // SAFETY: `isa()` reported AVX2, FMA and F16C above.
+            // SAFETY: the `Cpu` token reported AVX2, FMA and F16C above.
             unsafe { decode16_avx2(&bytes, half, &mut out) };
             for (&bits, got) in patterns.iter().zip(&out) {
                 let want = if half {
@@ -405,11 +437,11 @@ mod tests {
         let best = isa();
         for asked in Isa::ALL {
             assert_eq!(with_instruction_set(asked, isa), best.min(asked));
-            assert_eq!(limit(asked), best.min(asked));
+            assert_eq!(limit(asked).isa(), best.min(asked));
             let nested = with_instruction_set(asked, || with_instruction_set(Isa::Avx512, isa));
             assert_eq!(nested, best, "an inner limit replaces the outer one");
             assert_eq!(
-                with_instruction_set(asked, || limit(Isa::Avx512)),
+                with_instruction_set(asked, || limit(Isa::Avx512).isa()),
                 best.min(asked)
             );
         }
@@ -456,7 +488,7 @@ mod tests {
                 }
             }
             assert_eq!(dot(&a[..n], &b[..n]).to_bits(), lanes[0].to_bits(), "n={n}");
-            let fast = dot_on(isa(), &a[..n], &b[..n]);
+            let fast = dot_on(cpu(), &a[..n], &b[..n]);
             assert_eq!(fast.to_bits(), lanes[0].to_bits(), "n={n} isa={:?}", isa());
         }
     }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
-use super::linear::Screen;
+use super::screen::{Screen, ScreenSource};
 
 /// An owned, row-major f32 tensor (activations, logits, small converted vectors).
 #[derive(Clone, PartialEq)]
@@ -269,5 +269,21 @@ impl Weight {
 impl fmt::Debug for Weight {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Weight<{:?}>{:?}", self.dtype, self.shape)
+    }
+}
+/// Screens are built from weights (only `linear_argmax`, on a 2-D head); a weight that is not
+/// 2-D has no rows to screen.
+impl ScreenSource for Weight {
+    fn rows_and_k(&self) -> (usize, usize) {
+        match self.shape() {
+            [n, k] => (*n, *k),
+            _ => (0, 0),
+        }
+    }
+    fn read_f32(&self, start: usize, out: &mut [f32]) {
+        Weight::read_f32(self, start, out);
+    }
+    fn release(&self, elems: Range<usize>) {
+        Weight::release(self, elems);
     }
 }

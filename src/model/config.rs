@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::tensors::Dims;
 use crate::error::{Diagnose, Exit};
-use crate::trust::canonical::parse_strict;
+use crate::primitives::canonical::parse_strict;
 
 /// Whether a layer attends to everything before it or to a sliding window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,6 +512,17 @@ impl ModelConfig {
             pad_token_id: pad as u32,
             eos_token_ids: eos,
         })
+    }
+
+    /// The sizes the per-layer tensor shapes are made of.
+    pub fn dims(&self) -> Dims {
+        Dims {
+            hidden: self.hidden_size,
+            head_dim: self.head_dim,
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            intermediate: self.intermediate_size,
+        }
     }
 
     /// Number of decoder layers.

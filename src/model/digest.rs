@@ -29,8 +29,9 @@ use serde::Serialize;
 
 use super::files::{CheckpointFiles, FileStamp, OpenFile};
 use crate::error::{Diagnose, Exit};
-use crate::trust::canonical::to_canonical_from;
-use crate::trust::digest::Digest;
+use crate::memory::MappedFile;
+use crate::primitives::canonical::to_canonical_from;
+use crate::primitives::digest::Digest;
 
 /// BLAKE3 derive-key context for the model digest.
 pub const MODEL_DIGEST_CONTEXT: &str = "runner 2026-11 model digest v1";
@@ -286,7 +287,6 @@ fn kind_of(t: &fs::FileType) -> &'static str {
 }
 
 /// Hash one file through the handle the loader will use, stamped before and checked after.
-#[allow(unsafe_code)]
 fn hash_file(
     name: String,
     path: &Path,
@@ -309,10 +309,10 @@ fn hash_file(
     }
     let mut hasher = blake3::Hasher::new();
     if size > 0 {
-        // SAFETY: a read-only view, dropped before returning; a change to the file while
-        // it is read shows in the stamp compared below and fails the digest.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?;
-        hasher.update(&map);
+        // A change to the file while it is read shows in the stamp compared below and fails
+        // the digest.
+        let map = MappedFile::map(&file).map_err(read_err)?;
+        hasher.update(map.bytes());
     }
     let after = FileStamp::of(&file).map_err(read_err)?;
     if hasher.count() != size || after != stamp {

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Diagnose, Exit};
-use crate::trust::digest::Digest;
+use crate::primitives::digest::Digest;
 
 /// How long after a change to a file its stamp is taken: longer than any kernel tick (HZ >= 100).
 pub const SETTLE: Duration = Duration::from_millis(50);

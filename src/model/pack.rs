@@ -1,10 +1,9 @@
 //! The decoder layers' projection weights, copied at load into one anonymous region that asks
 //! for huge pages.
 //!
-//! At small batches a step streams every layer weight from memory once, and with the 4 KiB pages
-//! of a file mapping that stream runs at 15-18 GB/s on the reference machine; with 2 MiB pages
-//! the same kernel reads 21 GB/s (`linear` on x[1, 1152] × w[82944, 1152] bf16, 2 threads).
-//! File-backed huge pages are not generally available, so the bytes are copied, unchanged, in
+//! At small batches a step streams every layer weight from memory once, and through the 4 KiB
+//! pages of a file mapping that stream is markedly slower than through 2 MiB pages (the figures
+//! are in docs/performance.md, "Huge pages"). File-backed huge pages are not generally available, so the bytes are copied, unchanged, in
 //! their stored dtype, and each tensor's file pages are handed back as soon as it is copied: the
 //! resident set is the same as with the mapping, and no more than one tensor larger at any time.
 //!
@@ -17,8 +16,6 @@ use std::sync::Arc;
 
 use crate::kernels::tensor::WeightBytes;
 use crate::kernels::Weight;
-
-use super::weights::LayerWeights;
 
 /// Each tensor starts on a cache line.
 const ALIGN: usize = 64;
@@ -33,25 +30,11 @@ impl WeightBytes for Packed {
     // `release` keeps the default (nothing): these pages have no file to be read back from.
 }
 
-/// The projections of a layer, in the order they are packed (the order a step reads them).
-fn projections(l: &mut LayerWeights) -> [&mut Weight; 7] {
-    [
-        &mut l.q_proj,
-        &mut l.k_proj,
-        &mut l.v_proj,
-        &mut l.o_proj,
-        &mut l.gate_proj,
-        &mut l.up_proj,
-        &mut l.down_proj,
-    ]
-}
-
-/// Move every layer's projections into one huge-page region (see the module doc). Leaves the
-/// weights as they are if the region cannot be made.
-pub fn pack_layers(layers: &mut [LayerWeights]) {
-    let total: usize = layers
-        .iter_mut()
-        .flat_map(projections)
+/// Move `weights` into one huge-page region, in the order given (see the module doc). Leaves
+/// them as they are if the region cannot be made.
+pub fn pack(mut weights: Vec<&mut Weight>) {
+    let total: usize = weights
+        .iter()
         .map(|w| w.bytes().len().next_multiple_of(ALIGN))
         .sum();
     if total == 0 {
@@ -62,9 +45,9 @@ pub fn pack_layers(layers: &mut [LayerWeights]) {
     };
     // Only a hint: without huge pages the copy is merely no faster than the mapping.
     let _ = region.advise(memmap2::Advice::HugePage);
-    let mut spans = Vec::new();
+    let mut spans = Vec::with_capacity(weights.len());
     let mut at = 0;
-    for w in layers.iter_mut().flat_map(projections) {
+    for w in &weights {
         let len = w.bytes().len();
         region[at..at + len].copy_from_slice(w.bytes());
         w.release(0..w.numel());
@@ -75,10 +58,10 @@ pub fn pack_layers(layers: &mut [LayerWeights]) {
         return;
     };
     let backing: Arc<dyn WeightBytes> = Arc::new(Packed(region));
-    for (w, span) in layers.iter_mut().flat_map(projections).zip(spans) {
+    for (w, span) in weights.iter_mut().zip(spans) {
         // Same dtype, shape and length as the view it replaces, so this cannot fail.
         if let Ok(packed) = Weight::new(w.dtype(), w.shape().to_vec(), Arc::clone(&backing), span) {
-            *w = packed;
+            **w = packed;
         }
     }
 }

@@ -10,6 +10,8 @@ use std::path::Path;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::json;
 
+use super::tensors::{Dims, LAYER_TENSORS};
+
 /// The shape of a synthetic model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyntheticSpec {
@@ -103,32 +105,23 @@ impl SyntheticSpec {
 
     /// Tensor names and shapes, in a fixed order, under the `model.` prefix.
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, hd, i) = (self.hidden_size, self.head_dim, self.intermediate_size);
-        let (q, kv) = (self.num_heads * hd, self.num_kv_heads * hd);
+        let dims = Dims {
+            hidden: self.hidden_size,
+            head_dim: self.head_dim,
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            intermediate: self.intermediate_size,
+        };
         let mut out = vec![(
             "model.embed_tokens.weight".to_owned(),
-            vec![self.vocab_size, h],
+            vec![self.vocab_size, self.hidden_size],
         )];
         for l in 0..self.num_layers {
-            for (name, shape) in [
-                ("self_attn.q_proj.weight", vec![q, h]),
-                ("self_attn.k_proj.weight", vec![kv, h]),
-                ("self_attn.v_proj.weight", vec![kv, h]),
-                ("self_attn.o_proj.weight", vec![h, q]),
-                ("self_attn.q_norm.weight", vec![hd]),
-                ("self_attn.k_norm.weight", vec![hd]),
-                ("input_layernorm.weight", vec![h]),
-                ("post_attention_layernorm.weight", vec![h]),
-                ("pre_feedforward_layernorm.weight", vec![h]),
-                ("post_feedforward_layernorm.weight", vec![h]),
-                ("mlp.gate_proj.weight", vec![i, h]),
-                ("mlp.up_proj.weight", vec![i, h]),
-                ("mlp.down_proj.weight", vec![h, i]),
-            ] {
-                out.push((format!("model.layers.{l}.{name}"), shape));
+            for t in &LAYER_TENSORS {
+                out.push((format!("model.layers.{l}.{}", t.hf_suffix), t.shape(&dims)));
             }
         }
-        out.push(("model.norm.weight".to_owned(), vec![h]));
+        out.push(("model.norm.weight".to_owned(), vec![self.hidden_size]));
         out
     }
 

@@ -16,10 +16,13 @@ use safetensors::SafeTensors;
 
 use super::config::{ConfigError, ModelConfig};
 use super::files::{CheckpointFiles, FileError, OpenFile, Seal};
+pub use super::tensors::LayerWeights;
+use super::tensors::LAYER_TENSORS;
 use crate::error::{Diagnose, Exit};
 use crate::kernels::tensor::{Backing, WeightBytes};
 use crate::kernels::{DType, Weight};
-use crate::trust::canonical::parse_strict;
+use crate::memory::MappedFile;
+use crate::primitives::canonical::parse_strict;
 
 /// The single-file checkpoint name.
 pub const SINGLE_FILE: &str = "model.safetensors";
@@ -146,37 +149,6 @@ impl Diagnose for WeightsError {
     }
 }
 
-/// The weights of one decoder layer, HF layout (`[out, in]`).
-#[derive(Debug, Clone)]
-pub struct LayerWeights {
-    /// `self_attn.q_proj.weight` `[heads*head_dim, hidden]`.
-    pub q_proj: Weight,
-    /// `self_attn.k_proj.weight` `[kv_heads*head_dim, hidden]`.
-    pub k_proj: Weight,
-    /// `self_attn.v_proj.weight` `[kv_heads*head_dim, hidden]`.
-    pub v_proj: Weight,
-    /// `self_attn.o_proj.weight` `[hidden, heads*head_dim]`.
-    pub o_proj: Weight,
-    /// `self_attn.q_norm.weight` `[head_dim]`.
-    pub q_norm: Weight,
-    /// `self_attn.k_norm.weight` `[head_dim]`.
-    pub k_norm: Weight,
-    /// `input_layernorm.weight` `[hidden]`.
-    pub input_layernorm: Weight,
-    /// `post_attention_layernorm.weight` `[hidden]`.
-    pub post_attention_layernorm: Weight,
-    /// `pre_feedforward_layernorm.weight` `[hidden]`.
-    pub pre_feedforward_layernorm: Weight,
-    /// `post_feedforward_layernorm.weight` `[hidden]`.
-    pub post_feedforward_layernorm: Weight,
-    /// `mlp.gate_proj.weight` `[intermediate, hidden]`.
-    pub gate_proj: Weight,
-    /// `mlp.up_proj.weight` `[intermediate, hidden]`.
-    pub up_proj: Weight,
-    /// `mlp.down_proj.weight` `[hidden, intermediate]`.
-    pub down_proj: Weight,
-}
-
 /// A loaded checkpoint: configuration and memory-mapped weights.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
@@ -210,45 +182,24 @@ struct Files {
     entries: BTreeMap<String, Entry>,
 }
 
-#[allow(unsafe_code)]
 fn map_file(open: &OpenFile) -> Result<Backing, WeightsError> {
-    // SAFETY: the map is read-only and private to this process. Rust's aliasing rules would be
-    // broken only if the file changed underneath us while mapped: `exec` maps the very file its
-    // model digest hashed, and before signing fails the job if that file was written since
-    // (`files::Seal`); the model directory is operator-controlled inside the enclave.
-    let map = unsafe { memmap2::Mmap::map(&open.file) }.map_err(|source| WeightsError::Read {
+    let map = MappedFile::map(&open.file).map_err(|source| WeightsError::Read {
         path: open.path.clone(),
         source,
     })?;
-    Ok(Arc::new(MappedFile(map)))
+    Ok(Arc::new(FileBacked(map)))
 }
 
-/// A read-only shared file mapping.
-struct MappedFile(memmap2::Mmap);
+/// Weights read straight from a checkpoint file's mapping.
+struct FileBacked(MappedFile);
 
-impl WeightBytes for MappedFile {
+impl WeightBytes for FileBacked {
     fn bytes(&self) -> &[u8] {
-        &self.0
+        self.0.bytes()
     }
 
-    #[allow(unsafe_code)]
     fn release(&self, range: std::ops::Range<usize>) {
-        const PAGE: usize = 4096;
-        // Only whole pages inside the range: a neighbour's bytes may still be in use.
-        let start = range.start.div_ceil(PAGE) * PAGE;
-        let end = (range.end.min(self.0.len()) / PAGE) * PAGE;
-        if start < end {
-            // SAFETY: the mapping is shared, read-only and file-backed, so dropping pages from
-            // this process only unmaps them: the next read faults the same file bytes back in.
-            // Failure is harmless (the pages just stay resident), so it is ignored.
-            let _ = unsafe {
-                self.0.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    start,
-                    end - start,
-                )
-            };
-        }
+        self.0.release(range);
     }
 }
 
@@ -447,29 +398,20 @@ impl Checkpoint {
                 dir: dir.to_owned(),
             })?;
         let c = &config;
-        let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
-        let (q_out, kv_out) = (c.num_heads * hd, c.num_kv_heads * hd);
-
+        let (h, dims) = (c.hidden_size, c.dims());
         let embed = files.take(&format!("{prefix}embed_tokens.weight"), &[c.vocab_size, h])?;
         let mut layers = Vec::with_capacity(c.num_layers());
         for i in 0..c.num_layers() {
-            let p = format!("{prefix}layers.{i}.");
-            let mut t = |name: &str, shape: &[usize]| files.take(&format!("{p}{name}"), shape);
-            layers.push(LayerWeights {
-                q_proj: t("self_attn.q_proj.weight", &[q_out, h])?,
-                k_proj: t("self_attn.k_proj.weight", &[kv_out, h])?,
-                v_proj: t("self_attn.v_proj.weight", &[kv_out, h])?,
-                o_proj: t("self_attn.o_proj.weight", &[h, q_out])?,
-                q_norm: t("self_attn.q_norm.weight", &[hd])?,
-                k_norm: t("self_attn.k_norm.weight", &[hd])?,
-                input_layernorm: t("input_layernorm.weight", &[h])?,
-                post_attention_layernorm: t("post_attention_layernorm.weight", &[h])?,
-                pre_feedforward_layernorm: t("pre_feedforward_layernorm.weight", &[h])?,
-                post_feedforward_layernorm: t("post_feedforward_layernorm.weight", &[h])?,
-                gate_proj: t("mlp.gate_proj.weight", &[inter, h])?,
-                up_proj: t("mlp.up_proj.weight", &[inter, h])?,
-                down_proj: t("mlp.down_proj.weight", &[h, inter])?,
-            });
+            let weights = LAYER_TENSORS
+                .iter()
+                .map(|t| {
+                    files.take(
+                        &format!("{prefix}layers.{i}.{}", t.hf_suffix),
+                        &t.shape(&dims),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            layers.extend(LayerWeights::new(weights));
         }
         let norm = files.take(&format!("{prefix}norm.weight"), &[h])?;
         let head_names = ["lm_head.weight", "language_model.lm_head.weight"];
@@ -493,29 +435,18 @@ impl Checkpoint {
                 name: name.clone(),
             });
         }
-        super::pack::pack_layers(&mut layers);
+        super::pack::pack(
+            layers
+                .iter_mut()
+                .flat_map(LayerWeights::projections_mut)
+                .collect(),
+        );
         let mut weight_bytes = embed.bytes().len() as u64 + norm.bytes().len() as u64;
         if !c.tie_word_embeddings {
             weight_bytes += lm_head.bytes().len() as u64;
         }
         for l in &layers {
-            for w in [
-                &l.q_proj,
-                &l.k_proj,
-                &l.v_proj,
-                &l.o_proj,
-                &l.q_norm,
-                &l.k_norm,
-                &l.input_layernorm,
-                &l.post_attention_layernorm,
-                &l.pre_feedforward_layernorm,
-                &l.post_feedforward_layernorm,
-                &l.gate_proj,
-                &l.up_proj,
-                &l.down_proj,
-            ] {
-                weight_bytes += w.bytes().len() as u64;
-            }
+            weight_bytes += l.iter().map(|(_, w)| w.bytes().len() as u64).sum::<u64>();
         }
         Ok(Checkpoint {
             config,

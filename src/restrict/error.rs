@@ -6,7 +6,7 @@
 use std::fmt;
 
 use super::diagnostic::{Excerpt, Located, Pos};
-use super::regions::RegionKind;
+use super::marker::RegionKind;
 use crate::error::{Diagnose, Exit};
 use crate::kernels::KernelError;
 

@@ -8,7 +8,7 @@
 
 use super::diagnostic::{Located, Pos};
 use super::error::{SyntaxError, SyntaxErrorKind};
-use super::regions::RegionKind;
+use super::marker::{Marker, RegionKind};
 use super::{MAX_IDENT_LEN, MAX_SOURCE_BYTES, MAX_TOKENS};
 
 /// What a token is.
@@ -105,17 +105,6 @@ pub struct Comment {
     pub start: usize,
     /// Byte offset of the end of the line.
     pub end: usize,
-    /// Position of `//`.
-    pub pos: Pos,
-}
-
-/// A region marker: `// @private KIND` opens a region, `// @end KIND` closes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Marker {
-    /// True for `@private`, false for `@end`.
-    pub open: bool,
-    /// The region kind named.
-    pub kind: RegionKind,
     /// Position of `//`.
     pub pos: Pos,
 }

@@ -10,6 +10,7 @@
 //!
 //! The trusted boundary is [`check`]: source in, a [`Checked`] program or every reason it was
 //! refused out.
+#![forbid(unsafe_code)]
 
 pub mod ast;
 pub mod builtins;
@@ -18,7 +19,9 @@ pub mod diagnostic;
 pub mod error;
 mod interp;
 pub mod lexer;
+pub mod marker;
 pub mod parser;
+pub mod policy;
 pub mod profile;
 pub mod regions;
 pub mod report;

@@ -9,48 +9,13 @@
 //! body; a marker line falling inside a function header, a statement, or between a function's
 //! statements and its braces is an error.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::ast::Program;
 use super::diagnostic::{Located, Pos};
 use super::error::{SyntaxError, SyntaxErrorKind};
-use super::lexer::Marker;
-
-/// The two kinds of private region.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RegionKind {
-    /// Owners see the structure, identifiers renamed and numbers blanked.
-    Obfuscate,
-    /// Owners see one placeholder line.
-    Hide,
-}
-
-impl RegionKind {
-    /// The kind named by a marker's second word.
-    pub fn from_word(word: &str) -> Option<RegionKind> {
-        match word {
-            "obfuscate" => Some(RegionKind::Obfuscate),
-            "hide" => Some(RegionKind::Hide),
-            _ => None,
-        }
-    }
-    /// The marker word.
-    pub fn word(self) -> &'static str {
-        match self {
-            RegionKind::Obfuscate => "obfuscate",
-            RegionKind::Hide => "hide",
-        }
-    }
-}
-
-impl fmt::Display for RegionKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.word())
-    }
-}
+use super::marker::Marker;
+pub use super::marker::RegionKind;
 
 /// One private region, marker lines included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -10,7 +10,7 @@ use super::ast::Program;
 use super::regions::{Region, Regions};
 use super::view::Naming;
 use super::VERIFIER_VERSION;
-use crate::trust::policy::Policy;
+use crate::restrict::policy::Policy;
 
 /// The policy a report was checked against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

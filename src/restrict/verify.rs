@@ -20,7 +20,7 @@ use super::regions::Regions;
 use super::report::Report;
 use super::resolve::{resolve, Resolved, Target};
 use super::view::{self, Naming};
-use crate::trust::policy::Policy;
+use crate::restrict::policy::Policy;
 
 /// A program that passed the verifier against a policy: its source, its syntax tree, its
 /// regions, the report and the owner's view. Only [`check`] makes one.

@@ -212,7 +212,7 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use crate::restrict::check;
-    use crate::trust::policy::Policy;
+    use crate::restrict::policy::Policy;
 
     fn policy() -> Policy {
         Policy::from_json(

@@ -1,7 +1,7 @@
 //! Certificates: what the data owners sign to approve one engine, under one policy, with one
 //! model, for a window of time.
 //!
-//! A certificate is a DSSE envelope ([`super::dsse`]) with payloadType
+//! A certificate is a DSSE envelope ([`crate::primitives::dsse`]) with payloadType
 //! [`CERTIFICATE_PAYLOAD_TYPE`] around a [`CertificatePayload`] in RFC 8785 canonical JSON.
 //! The payload is built in exactly one place, [`build_payload`], from the engine facts and the
 //! approval terms. The certificate digest ([`certificate_digest`]) is plain BLAKE3 of the payload
@@ -18,14 +18,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::canonical::{parse_strict, to_canonical_from};
-use super::digest::Digest;
-use super::dsse::{DsseError, Envelope};
-use super::keys::{KeyId, SecretKey};
-use super::policy::Policy;
-use super::time::{TimeError, Timestamp};
-use crate::atomic::WriteError;
 use crate::error::{Diagnose, Exit};
+use crate::primitives::atomic_file::WriteError;
+use crate::primitives::canonical::{parse_strict, to_canonical_from};
+use crate::primitives::digest::Digest;
+use crate::primitives::dsse::{DsseError, Envelope};
+use crate::primitives::keys::{KeyId, SecretKey};
+use crate::primitives::time::{TimeError, Timestamp};
+use crate::restrict::policy::Policy;
 use crate::restrict::{Checked, RegionKind, Report};
 
 /// DSSE payloadType of a certificate.

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::digest::Digest;
-use super::keys::{KeyError, KeyId, PublicKey};
 use crate::error::{Diagnose, Exit};
+use crate::primitives::digest::Digest;
+use crate::primitives::keys::{KeyError, KeyId, PublicKey};
 
 /// Default location of the trust configuration.
 pub const DEFAULT_TRUST_FILE: &str = "trust.toml";
@@ -199,7 +199,7 @@ impl TrustConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trust::keys::SecretKey;
+    use crate::primitives::keys::SecretKey;
     use std::fs;
 
     fn setup(n: usize) -> (tempfile::TempDir, Vec<PublicKey>) {

@@ -1,6 +1,6 @@
 //! Receipts: the runner's signed statement of what it ran and what it produced.
 //!
-//! A receipt is a DSSE envelope ([`super::dsse`]) with payloadType [`RECEIPT_PAYLOAD_TYPE`]
+//! A receipt is a DSSE envelope ([`crate::primitives::dsse`]) with payloadType [`RECEIPT_PAYLOAD_TYPE`]
 //! (`application/vnd.in-toto+json`, as the in-toto attestation framework requires for a
 //! Statement) around an in-toto Statement v1 in RFC 8785 canonical JSON:
 //!
@@ -25,14 +25,14 @@ use std::path::{Component, Path, PathBuf};
 use ring::digest::{Context, SHA256};
 use serde::{Deserialize, Serialize};
 
-use super::canonical::{parse_strict, to_canonical_from};
 use super::certificate::Certificate;
-use super::digest::Digest;
-use super::dsse::{DsseError, Envelope};
-use super::keys::{KeyId, PublicKey, SecretKey};
-use super::time::Timestamp;
+use super::generation::Generation;
 use crate::error::{Diagnose, Exit};
-use crate::job::spec::Generation;
+use crate::primitives::canonical::{parse_strict, to_canonical_from};
+use crate::primitives::digest::Digest;
+use crate::primitives::dsse::{DsseError, Envelope};
+use crate::primitives::keys::{KeyId, PublicKey, SecretKey};
+use crate::primitives::time::Timestamp;
 
 /// DSSE payloadType of a receipt: the in-toto media type for a JSON Statement.
 pub const RECEIPT_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
@@ -814,9 +814,9 @@ pub fn read_receipt_file(path: &Path) -> Result<Vec<u8>, ReceiptError> {
 mod tests {
     use super::*;
     use crate::model::tokenizer::Template;
-    use crate::trust::canonical::to_canonical;
+    use crate::primitives::canonical::to_canonical;
+    use crate::restrict::policy::{OutputKind, Policy};
     use crate::trust::certificate::{build_payload, EngineFacts, Terms, CERTIFICATE_PAYLOAD_TYPE};
-    use crate::trust::policy::{OutputKind, Policy};
     use serde_json::Value;
 
     const OUTPUT: &[u8] = b"{\"id\":\"a\",\"text\":\"hello\"}\n";

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::certificate::{CertificatePayload, PrivateRange};
-use super::digest::Digest;
-use super::policy::Policy;
+use crate::primitives::digest::Digest;
+use crate::restrict::policy::Policy;
 use crate::restrict::Checked;
 
 /// Context lines around each change in the view diff.

@@ -2,7 +2,7 @@
 //! obtain a [`VerifiedCertificate`], and `exec` accepts nothing else.
 //!
 //! Checks, in order (the first failure is reported):
-//! 1. the envelope is well-formed ([`super::dsse`]): otherwise malformed input, exit 2;
+//! 1. the envelope is well-formed ([`crate::primitives::dsse`]): otherwise malformed input, exit 2;
 //! 2. its payloadType is [`CERTIFICATE_PAYLOAD_TYPE`];
 //! 3. every signature whose keyid names an owner in the trust configuration verifies over the
 //!    DSSE PAE of payloadType and payload (one bad signature by a trusted key refuses the whole
@@ -24,11 +24,11 @@ use super::certificate::{
     certificate_digest, CertError, CertificatePayload, EngineSection, CERTIFICATE_PAYLOAD_TYPE,
 };
 use super::config::TrustConfig;
-use super::digest::Digest;
-use super::dsse::Envelope;
-use super::keys::KeyId;
-use super::policy::Policy;
-use super::time::Timestamp;
+use crate::primitives::digest::Digest;
+use crate::primitives::dsse::Envelope;
+use crate::primitives::keys::KeyId;
+use crate::primitives::time::Timestamp;
+use crate::restrict::policy::Policy;
 
 /// A certificate that passed every check against a trust configuration at a given time.
 /// Fields are private: only [`verify_certificate`] makes one.
@@ -158,9 +158,9 @@ pub fn verify_certificate(
 mod tests {
     use super::*;
     use crate::error::{Diagnose, Exit};
+    use crate::primitives::dsse::DsseError;
+    use crate::primitives::keys::SecretKey;
     use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
-    use crate::trust::dsse::DsseError;
-    use crate::trust::keys::SecretKey;
     use std::path::Path;
 
     struct Fixture {
@@ -442,7 +442,7 @@ mod tests {
         let f = fixture(1);
         let mut v: serde_json::Value = serde_json::from_slice(&f.signed_by(&[0])).unwrap();
         v["comment"] = "hi".into();
-        let bytes = crate::trust::canonical::to_canonical(&v).unwrap();
+        let bytes = crate::primitives::canonical::to_canonical(&v).unwrap();
         let e = malformed(verify_certificate(&bytes, &f.trust(1), at(NOW)));
         assert!(
             matches!(&e, CertError::Envelope(DsseError::Field(m)) if m.contains("unknown field `comment`")),
@@ -451,7 +451,7 @@ mod tests {
 
         let mut p: serde_json::Value = serde_json::from_str(&f.payload_text()).unwrap();
         p["engine"]["extra"] = 1.into();
-        let text = crate::trust::canonical::to_canonical(&p).unwrap();
+        let text = crate::primitives::canonical::to_canonical(&p).unwrap();
         let e = malformed(verify_certificate(
             &f.raw(CERTIFICATE_PAYLOAD_TYPE, &text),
             &f.trust(1),
@@ -499,7 +499,7 @@ mod tests {
         // `"restrict": null` is a second spelling of "no report".
         let mut v = v;
         v["engine"]["restrict"] = serde_json::Value::Null;
-        let text = crate::trust::canonical::to_canonical(&v).unwrap();
+        let text = crate::primitives::canonical::to_canonical(&v).unwrap();
         let e = malformed(verify_certificate(
             &f.raw(CERTIFICATE_PAYLOAD_TYPE, &text),
             &f.trust(1),
@@ -516,7 +516,7 @@ mod tests {
         let f = fixture(1);
         let mut v: serde_json::Value = serde_json::from_str(&f.payload_text()).unwrap();
         v["policy"]["limits"]["max_batch"] = 4096.into();
-        let text = crate::trust::canonical::to_canonical(&v).unwrap();
+        let text = crate::primitives::canonical::to_canonical(&v).unwrap();
         let e = refused(verify_certificate(
             &f.raw(CERTIFICATE_PAYLOAD_TYPE, &text),
             &f.trust(1),
@@ -622,7 +622,7 @@ mod tests {
         for (field, edit) in cases {
             let mut v = base.clone();
             edit(&mut v);
-            let text = crate::trust::canonical::to_canonical(&v).unwrap();
+            let text = crate::primitives::canonical::to_canonical(&v).unwrap();
             let e = malformed(verify_certificate(
                 &f.raw(CERTIFICATE_PAYLOAD_TYPE, &text),
                 &f.trust(1),

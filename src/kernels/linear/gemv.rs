@@ -11,6 +11,7 @@
 //! step: one sequential stream one block ahead. Measured on the 270m head (x[1, 640] ×
 //! w[262144, 640] bf16, 2 threads, file-backed): 14.2-14.5 GB/s with a prefetch 6 KiB ahead in
 //! each row, 16.4-16.5 GB/s with the sequential one, against 14.2-15.8 for a plain read loop.
+#![allow(unsafe_code)]
 
 use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
@@ -110,13 +111,14 @@ fn block<const D: u8, const R: usize>(
     for row in &w {
         assert_eq!(row.len(), k * size(D), "gemv weight row length");
     }
-    // SAFETY (every unsafe block below): the asserts above make each `w[r]` exactly `k`
-    // elements and `x` exactly `k` f32s; the loop reads elements `kk..kk + 16` with
-    // `kk + 16 <= full <= k`, as unaligned loads. The caller (a `target_feature` function
-    // requiring AVX2, FMA and F16C) is the only place this is inlined into.
+    // Every unsafe block below relies on the same two facts: the asserts above make each `w[r]`
+    // exactly `k` elements and `xp` at least `full` f32s, and the only callers are
+    // `target_feature` functions requiring AVX2, FMA and F16C, into which this is inlined.
+    // SAFETY: a register intrinsic of AVX (callers enable AVX2); it touches no memory.
     let mut acc = [[unsafe { _mm256_setzero_ps() }; 2]; R];
     let mut kk = 0;
     while kk < full {
+        // SAFETY: reads `xp[kk..kk + 16]`, unaligned, with `kk + 16 <= full <= xp.len()`.
         let xv = unsafe {
             let p = xp.as_ptr().add(kk);
             [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
@@ -132,6 +134,8 @@ fn block<const D: u8, const R: usize>(
             line += LINE;
         }
         for r in 0..R {
+            // SAFETY: reads elements `kk..kk + 16` of `w[r]` (`kk + 16 <= full <= k`, and
+            // `w[r]` holds `k` elements of dtype `D` by the assert), unaligned.
             let wv = unsafe {
                 let p = w[r].as_ptr().add(kk * size(D));
                 if D == BF16 {
@@ -145,7 +149,9 @@ fn block<const D: u8, const R: usize>(
                     load16::<D>(p)
                 }
             };
+            // SAFETY: register-only FMA intrinsics; callers enable FMA.
             acc[r][0] = unsafe { _mm256_fmadd_ps(xv[0], wv[0], acc[r][0]) };
+            // SAFETY: as above.
             acc[r][1] = unsafe { _mm256_fmadd_ps(xv[1], wv[1], acc[r][1]) };
         }
         kk += LANES;
@@ -153,6 +159,7 @@ fn block<const D: u8, const R: usize>(
     let mut lanes = [[0.0f32; LANES]; R];
     for r in 0..R {
         let mut held = [0.0f32; LANES];
+        // SAFETY: two unaligned 8-f32 stores into `held`, which holds 16.
         unsafe {
             _mm256_storeu_ps(held.as_mut_ptr(), acc[r][0]);
             _mm256_storeu_ps(held.as_mut_ptr().add(8), acc[r][1]);

@@ -1,6 +1,6 @@
 use proptest::prelude::*;
 
-use super::super::linear::Screen;
+use super::super::screen::Screen;
 use super::super::{
     argmax, linear, linear_argmax, linear_on, linear_portable, linear_t, reference, simd,
     with_threads, DType, Isa, KernelError, Tensor, Weight,

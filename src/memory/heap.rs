@@ -1,21 +1,18 @@
 //! The `runner` binary's allocator: the system's, except that blocks of [`LARGE`] bytes or more
 //! are mapped here and, when freed, kept for the next allocation of the same rounded size.
 //!
-//! Why: kernels return fresh tensors, and above glibc's mmap threshold (fixed at 1 MiB in
-//! `main.rs`, so that the heap does not fragment) each was a new mapping, unmapped again when
-//! dropped. A 1024-token prefill on the 270m shape faulted in ~390 000 fresh pages that way, 1.3 s
-//! of system time in a 5 s prefill, and every unmap also interrupts the other kernel threads to
-//! flush their TLBs. In a layer loop the next allocation of a size is usually the next layer's
-//! copy of the same tensor, so kept blocks are reused at once. At most [`KEPT_BYTES`] are kept;
-//! the block kept longest is unmapped to make room for a newer one.
+//! Why: kernels return fresh tensors, and above glibc's mmap threshold (fixed at 1 MiB by
+//! [`tune_glibc_heap`], so that the heap does not fragment) each was a new mapping, unmapped
+//! again when dropped: a long prefill spent a quarter of its time faulting fresh pages in, and
+//! every unmap also interrupts the other kernel threads to flush their TLBs. In a layer loop the
+//! next allocation of a size is usually the next layer's copy of the same tensor, so kept blocks
+//! are reused at once. At most [`KEPT_BYTES`] are kept; the block kept longest is unmapped to
+//! make room for a newer one.
 //!
 //! The cost is memory: kept blocks stay resident, so the peak RSS can be up to [`KEPT_BYTES`]
-//! above what mapping afresh reaches. Measured on the 270m shape at batch 32: page faults of a
-//! `runner bench` 986k -> 317k; prefill at prompt 128 199-204 -> 254-259 tok/s; peak RSS +15 MiB
-//! (prompt 128) to +45 MiB (prompt 32, 32 new tokens); on 1b +9 to +42 MiB, every batch size
-//! still within its budget. Keeping 32 MiB saved few faults: a 1024-row prefill layer frees
-//! ~50 MiB before the next layer asks for the same sizes. Keeping the first blocks freed rather
-//! than the newest was no better: the set filled with sizes no longer asked for.
+//! above what mapping afresh reaches. docs/performance.md ("Allocator") has the measurements,
+//! against glibc's allocator with the same tuning and against mimalloc.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
@@ -140,7 +137,6 @@ fn class(layout: Layout) -> Option<usize> {
         .then(|| layout.size().div_ceil(GRAIN) * GRAIN)
 }
 
-#[allow(unsafe_code)]
 fn map(len: usize) -> *mut u8 {
     // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
     let p = unsafe {
@@ -160,7 +156,6 @@ fn map(len: usize) -> *mut u8 {
     }
 }
 
-#[allow(unsafe_code)]
 fn unmap(ptr: *mut u8, len: usize) {
     // SAFETY: `ptr..ptr + len` is a whole mapping made by `map` and no longer referenced.
     // Failure would only leak the mapping.
@@ -172,7 +167,6 @@ fn unmap(ptr: *mut u8, len: usize) {
 // SAFETY: every block handed out is either the system allocator's (same layout rules) or a
 // whole mapping of at least `layout.size()` bytes, page-aligned (>= `layout.align()`), owned by
 // the caller until it is given back; a kept block is never handed out twice.
-#[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match class(layout) {
@@ -228,8 +222,33 @@ unsafe impl GlobalAlloc for Allocator {
     }
 }
 
+/// Every allocation of 1 MiB or more that [`Allocator`] does not take (over-aligned ones) gets
+/// its own mapping, returned to the system when freed; and glibc keeps up to 16 MiB of free heap
+/// top instead of trimming it. Call once, before any thread starts.
+///
+/// glibc raises its mmap threshold whenever a mapped block is freed (up to 32 MiB), after which
+/// activations of a few MiB come from the heap instead, and a run whose sizes vary (a warm-up,
+/// prefill chunks, then decode steps) fragments the heap and keeps growing. Reuse of small
+/// blocks is cheap only while the heap keeps its free top: glibc gives it back once more than
+/// 128 KiB is free, so each decode step's few-hundred-KiB activations would fault their pages
+/// in afresh. docs/performance.md has the measurements.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn tune_glibc_heap() {
+    const THRESHOLD: libc::c_int = LARGE as libc::c_int;
+    const KEEP_TOP: libc::c_int = 16 << 20;
+    // SAFETY: `mallopt` only sets an allocator parameter. A failure (0) leaves glibc's
+    // default, which is only slower to give memory back.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_TOP);
+    }
+}
+
+/// Nothing to tune outside glibc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune_glibc_heap() {}
+
 #[cfg(test)]
-#[allow(unsafe_code)]
 mod tests {
     use super::*;
 

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::canonical::{self, parse_strict};
 use crate::error::{Diagnose, Exit};
+use crate::primitives::canonical::{self, parse_strict};
 
 /// The policy file format this runner reads.
 pub const POLICY_SCHEMA: &str = "runner-policy/1";

@@ -23,8 +23,8 @@ use zeroize::Zeroizing;
 
 use super::canonical::{parse_strict, to_canonical_from};
 use super::digest::Digest;
-use crate::atomic::{write_atomic, Overwrite, WriteError};
 use crate::error::{Diagnose, Exit};
+use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
 
 /// First line of a private key file.
 pub const PRIVATE_KEY_HEADER: &str = "runner-ed25519-private-key/1 pkcs8-base64";

@@ -13,10 +13,9 @@
 
 use crate::kernels::attention::KvCache;
 use crate::kernels::KernelError;
+use crate::model::config::LayerKind;
+use crate::model::weights::Checkpoint;
 use crate::restrict::{Record, Value};
-
-use super::config::LayerKind;
-use super::weights::Checkpoint;
 
 /// Build the `model` value for a batch of `batch` sequences whose prompt plus generation is at
 /// most `max_len` tokens (the capacity of the global layers' caches).
@@ -33,31 +32,12 @@ pub fn model_record(ck: &Checkpoint, batch: usize, max_len: usize) -> Result<Val
             }
             LayerKind::Full => KvCache::global(batch, c.num_kv_heads, c.head_dim, max_len.max(1))?,
         };
-        let weight = |w: &crate::kernels::Weight| Value::Weight(w.clone());
+        let mut record = Record::new();
+        for (spec, weight) in w.iter() {
+            record = record.with(spec.field, Value::Weight(weight.clone()));
+        }
         layers.push(Value::record(
-            Record::new()
-                .with("q_proj", weight(&w.q_proj))
-                .with("k_proj", weight(&w.k_proj))
-                .with("v_proj", weight(&w.v_proj))
-                .with("o_proj", weight(&w.o_proj))
-                .with("q_norm", weight(&w.q_norm))
-                .with("k_norm", weight(&w.k_norm))
-                .with("input_layernorm", weight(&w.input_layernorm))
-                .with(
-                    "post_attention_layernorm",
-                    weight(&w.post_attention_layernorm),
-                )
-                .with(
-                    "pre_feedforward_layernorm",
-                    weight(&w.pre_feedforward_layernorm),
-                )
-                .with(
-                    "post_feedforward_layernorm",
-                    weight(&w.post_feedforward_layernorm),
-                )
-                .with("gate_proj", weight(&w.gate_proj))
-                .with("up_proj", weight(&w.up_proj))
-                .with("down_proj", weight(&w.down_proj))
+            record
                 .with("eps", Value::Scalar(eps))
                 .with("n_heads", Value::Scalar(c.num_heads as f64))
                 .with("n_kv_heads", Value::Scalar(c.num_kv_heads as f64))

@@ -23,13 +23,24 @@
 //! `X γ (127 s + M) + 2 n 2⁻¹⁴⁹`, computed in f64 and rounded up. Rows holding a NaN or an
 //! infinity are always scored exactly. An `x` that is not finite, is all zero, or is large
 //! enough to overflow a sum skips the screen.
+#![allow(unsafe_code)]
 
 use std::ops::Range;
 use std::sync::Mutex;
 
-use crate::kernels::parallel;
-use crate::kernels::simd::{self, Isa, LANES};
-use crate::kernels::tensor::Weight;
+use super::parallel;
+use super::simd::{self, Cpu, Isa, LANES};
+
+/// What a screen is built from: a `[rows, k]` matrix whose rows read as f32 and whose bytes
+/// can be handed back to the system once read ([`Weight`](super::Weight) is the one source).
+pub(crate) trait ScreenSource: Sync {
+    /// `(rows, k)`.
+    fn rows_and_k(&self) -> (usize, usize);
+    /// Elements `start..start + out.len()` (row-major) as f32.
+    fn read_f32(&self, start: usize, out: &mut [f32]);
+    /// Elements `elems` will not be read again soon: their pages may go back to the system.
+    fn release(&self, elems: Range<usize>);
+}
 
 /// Rows per block: the unit the screen is built and scanned in (and released from memory).
 const BLOCK_ROWS: usize = 2048;
@@ -136,10 +147,10 @@ impl Screen {
     pub(crate) const ROW_BYTES: usize = std::mem::size_of::<f32>() + std::mem::size_of::<Slack>();
 
     /// Quantise `w` (`[n, k]`), a block of rows per task. After each block is read, its bytes
-    /// are handed back to the operating system ([`Weight::release`]): from then on only the rows
-    /// the screen keeps are read at full width.
-    pub(crate) fn build(w: &Weight) -> Screen {
-        let (rows, k) = (w.shape()[0], w.shape()[1]);
+    /// are handed back to the operating system ([`ScreenSource::release`]): from then on only
+    /// the rows the screen keeps are read at full width.
+    pub(crate) fn build(w: &impl ScreenSource) -> Screen {
+        let (rows, k) = w.rows_and_k();
         let g = gamma(k);
         let n_blocks = rows.div_ceil(BLOCK_ROWS);
         let mut q = Storage::new(rows * k);
@@ -185,7 +196,7 @@ impl Screen {
     /// is outside what the bound covers (then the caller scores every row).
     /// `isa` is limited to what this CPU has (see [`simd::limit`]).
     pub(crate) fn candidates(&self, isa: Isa, x: &[f32]) -> Option<Vec<usize>> {
-        let isa = simd::limit(isa);
+        let cpu = simd::limit(isa);
         if x.len() != self.k || x.iter().any(|v| !v.is_finite()) {
             return None;
         }
@@ -210,7 +221,7 @@ impl Screen {
                 for (r, ((&s, &slack), q)) in
                     block.scale.iter().zip(&block.slack).zip(values).enumerate()
                 {
-                    let centre = f64::from(dot_i8(isa, x, q)) * f64::from(s);
+                    let centre = f64::from(dot_i8(cpu, x, q)) * f64::from(s);
                     let quantised = (x_abs * slack.max_err).min(x_l2 * slack.l2_err);
                     let radius = (quantised + x_abs * slack.rounding + tiny) * (1.0 + 1e-9);
                     let (low, high) = (centre - radius, centre + radius);
@@ -244,7 +255,7 @@ impl Screen {
 
 /// One block of rows: each row's scale, 8-bit values and bound factor.
 fn quantise_block(
-    w: &Weight,
+    w: &impl ScreenSource,
     range: Range<usize>,
     g: f64,
     row: &mut [f32],
@@ -255,7 +266,7 @@ fn quantise_block(
         scale: Vec::with_capacity(range.len()),
         slack: Vec::with_capacity(range.len()),
     };
-    let isa = simd::isa();
+    let cpu = simd::cpu();
     for (r, q) in range.zip(values.chunks_exact_mut(k)) {
         w.read_f32(r * k, row);
         let Some(Quantised {
@@ -263,7 +274,7 @@ fn quantise_block(
             max,
             max_err,
             sq_err,
-        }) = quantise_row(isa, row, q)
+        }) = quantise_row(cpu, row, q)
         else {
             block.scale.push(0.0);
             block.slack.push(Slack::WILD);
@@ -291,18 +302,18 @@ struct Quantised {
 }
 
 /// Round `row` to `q · scale`; `None` (and `q` untouched) if it holds a NaN or an infinity.
-fn quantise_row(isa: Isa, row: &[f32], q: &mut [u8]) -> Option<Quantised> {
+fn quantise_row(cpu: Cpu, row: &[f32], q: &mut [u8]) -> Option<Quantised> {
     #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
+    if cpu.has_avx2() {
         #[target_feature(enable = "avx2,fma")]
         fn avx2(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
             quantise_row_in(row, q)
         }
-        // SAFETY: `isa` never exceeds what the CPU has (`simd::isa`, `simd::limit`), and
-        // every set from `Isa::Avx2Fma` up includes AVX2 and FMA.
+        // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 and FMA were
+        // confirmed.
         return unsafe { avx2(row, q) };
     }
-    let _ = isa;
+    let _ = cpu;
     quantise_row_in(row, q)
 }
 
@@ -336,14 +347,14 @@ fn quantise_row_in(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
 }
 
 /// `Σ x_i q_i` in f32 (any order is covered by the bound).
-fn dot_i8(isa: Isa, x: &[f32], q: &[u8]) -> f32 {
+fn dot_i8(cpu: Cpu, x: &[f32], q: &[u8]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: `isa` never exceeds what the CPU has (`simd::isa`, `simd::limit`), and
-        // every set from `Isa::Avx2Fma` up includes AVX2 and FMA.
+    if cpu.has_avx2() {
+        // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 and FMA were
+        // confirmed.
         return unsafe { dot_i8_avx2(x, q) };
     }
-    let _ = isa;
+    let _ = cpu;
     x.iter()
         .zip(q)
         .fold(0.0f32, |a, (&x, &q)| x.mul_add(f32::from(q as i8), a))

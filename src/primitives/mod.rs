@@ -1,0 +1,12 @@
+//! The primitives every document is built from: canonical JSON (RFC 8785), BLAKE3 digests,
+//! Ed25519 keys, DSSE envelopes, timestamps, and atomic file writes. Nothing here knows about
+//! engines, models or jobs; every other module may use these, and these use only
+//! [`error`](crate::error).
+#![forbid(unsafe_code)]
+
+pub mod atomic_file;
+pub mod canonical;
+pub mod digest;
+pub mod dsse;
+pub mod keys;
+pub mod time;
