@@ -7,7 +7,7 @@ use std::path::Path;
 
 use runner::error::{Diagnose, Exit};
 use runner::kernels::DType;
-use runner::model::config::{ConfigError, LayerKind, ModelConfig};
+use runner::model::config::{LayerKind, ModelConfig, ModelConfigError};
 use runner::model::digest::model_digest;
 use runner::model::files::FileError;
 use runner::model::synthetic::SyntheticSpec;
@@ -217,7 +217,7 @@ fn a_directory_without_config_json_is_a_configuration_error() {
     std::fs::remove_file(dir.path().join("config.json")).unwrap();
     let err = Checkpoint::load(dir.path()).unwrap_err();
     assert!(
-        matches!(&err, WeightsError::Config(ConfigError::Read { path, .. }) if path.ends_with("config.json")),
+        matches!(&err, WeightsError::Config(ModelConfigError::Read { path, .. }) if path.ends_with("config.json")),
         "{err:?}"
     );
     assert_eq!(err.exit(), Exit::BadInput);
@@ -261,7 +261,7 @@ fn rejects_weights_for_more_layers_than_configured() {
     );
 }
 
-fn config(v: Value) -> Result<ModelConfig, ConfigError> {
+fn config(v: Value) -> Result<ModelConfig, ModelConfigError> {
     ModelConfig::from_value(Path::new("config.json"), &v)
 }
 
@@ -327,7 +327,7 @@ fn rejects_numerics_this_runner_does_not_implement() {
         c[field] = value;
         let err = config(c).unwrap_err();
         assert!(
-            matches!(&err, ConfigError::Unsupported { field: f, .. } if f == field),
+            matches!(&err, ModelConfigError::Unsupported { field: f, .. } if f == field),
             "{field}: {err}"
         );
     }

@@ -101,10 +101,12 @@ fn mlp_matches_direct_kernel_calls_and_a_naive_reference() {
     assert_eq!(got.shape(), &[3, 8]);
     assert_eq!(got.data(), want.data());
     // A naive f64 computation: close.
-    let (upv, downv) = (
-        kernels::reference::weight_values(&up),
-        kernels::reference::weight_values(&down),
-    );
+    let values = |w: &Weight| {
+        let mut v = vec![0.0f32; w.numel()];
+        w.read_f32(0, &mut v);
+        v.into_iter().map(f64::from).collect::<Vec<f64>>()
+    };
+    let (upv, downv) = (values(&up), values(&down));
     for r in 0..3 {
         let xr: Vec<f64> = x.data()[r * 8..r * 8 + 8]
             .iter()

@@ -1,8 +1,8 @@
 //! Tensor operations the engine language calls (linear, rms_norm, rope, attention, ...).
-//! Every fast kernel has a slow, obviously-correct twin in [`reference`](mod@reference) and a test comparing
-//! the two. Every kernel is deterministic: its result does not depend on the thread count or
-//! on which instruction set ran (see [`simd`] and [`parallel`]). docs/kernels.md summarises
-//! shapes and numerics.
+//! Every fast kernel has a slow, obviously-correct twin in `reference` (compiled for tests
+//! only) and a test comparing the two. Every kernel is deterministic: its result does not depend
+//! on the thread count or on which instruction set ran (see [`simd`] and [`parallel`]).
+//! docs/kernels.md summarises shapes and numerics.
 
 pub mod attention;
 pub mod elementwise;
@@ -13,6 +13,7 @@ mod math;
 pub mod norm;
 pub mod parallel;
 mod pool;
+#[cfg(test)]
 pub mod reference;
 pub mod rope;
 mod screen;

@@ -75,7 +75,7 @@ pub struct ModelConfig {
 /// Why a checkpoint's configuration was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ModelConfigError {
     /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -116,19 +116,19 @@ pub enum ConfigError {
     },
 }
 
-impl Diagnose for ConfigError {
+impl Diagnose for ModelConfigError {
     fn exit(&self) -> Exit {
         Exit::BadInput
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            ConfigError::Read { .. } => {
+            ModelConfigError::Read { .. } => {
                 "point --model at a Hugging Face checkpoint directory containing config.json".into()
             }
-            ConfigError::Json { .. } | ConfigError::Field { .. } => {
+            ModelConfigError::Json { .. } | ModelConfigError::Field { .. } => {
                 "fix the field so it matches the checkpoint (HF Gemma3TextConfig)".into()
             }
-            ConfigError::Unsupported { .. } => {
+            ModelConfigError::Unsupported { .. } => {
                 "this runner implements Gemma 3 text models as HF transformers runs them".into()
             }
         })
@@ -175,15 +175,15 @@ impl Fields<'_> {
     fn name(&self, field: &str) -> String {
         format!("{}{field}", self.prefix)
     }
-    fn bad(&self, field: &str, problem: impl Into<String>) -> ConfigError {
-        ConfigError::Field {
+    fn bad(&self, field: &str, problem: impl Into<String>) -> ModelConfigError {
+        ModelConfigError::Field {
             path: self.path.to_owned(),
             field: self.name(field),
             problem: problem.into(),
         }
     }
-    fn unsupported(&self, field: &str, value: &Value, why: &str) -> ConfigError {
-        ConfigError::Unsupported {
+    fn unsupported(&self, field: &str, value: &Value, why: &str) -> ModelConfigError {
+        ModelConfigError::Unsupported {
             path: self.path.to_owned(),
             field: self.name(field),
             value: value.to_string(),
@@ -193,7 +193,7 @@ impl Fields<'_> {
     fn get(&self, field: &str) -> Option<&Value> {
         self.map.get(field).filter(|v| !v.is_null())
     }
-    fn uint(&self, field: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+    fn uint(&self, field: &str, default: u64, min: u64, max: u64) -> Result<u64, ModelConfigError> {
         let Some(v) = self.get(field) else {
             return Ok(default);
         };
@@ -205,7 +205,7 @@ impl Fields<'_> {
         }
         Ok(n)
     }
-    fn float(&self, field: &str, default: f64) -> Result<f64, ConfigError> {
+    fn float(&self, field: &str, default: f64) -> Result<f64, ModelConfigError> {
         let Some(v) = self.get(field) else {
             return Ok(default);
         };
@@ -220,7 +220,12 @@ impl Fields<'_> {
         }
         Ok(f)
     }
-    fn must_be_absent_or(&self, field: &str, ok: &[Value], why: &str) -> Result<(), ConfigError> {
+    fn must_be_absent_or(
+        &self,
+        field: &str,
+        ok: &[Value],
+        why: &str,
+    ) -> Result<(), ModelConfigError> {
         match self.get(field) {
             Some(v) if !ok.contains(v) => Err(self.unsupported(field, v, why)),
             _ => Ok(()),
@@ -238,7 +243,7 @@ fn rope_from(
     field: &str,
     obj: Option<&Value>,
     theta: f64,
-) -> Result<Rope, ConfigError> {
+) -> Result<Rope, ModelConfigError> {
     let mut rope = Rope {
         theta: theta as f32,
         linear_factor: 1.0,
@@ -289,7 +294,7 @@ fn rope_from(
 
 impl ModelConfig {
     /// Read `DIR/config.json` and, when present, `DIR/generation_config.json`.
-    pub fn load(dir: &Path) -> Result<ModelConfig, ConfigError> {
+    pub fn load(dir: &Path) -> Result<ModelConfig, ModelConfigError> {
         ModelConfig::load_with(dir, |name| {
             let path = dir.join(name);
             if !path.exists() {
@@ -297,18 +302,18 @@ impl ModelConfig {
             }
             std::fs::read(&path)
                 .map(Some)
-                .map_err(|source| ConfigError::Read { path, source })
+                .map_err(|source| ModelConfigError::Read { path, source })
         })
     }
 
     /// [`ModelConfig::load`] through `read`: a file name of `dir` to its bytes, `None` when the
     /// checkpoint has no such file (by path, or from the files a model digest hashed).
-    pub fn load_with<E: From<ConfigError>>(
+    pub fn load_with<E: From<ModelConfigError>>(
         dir: &Path,
         mut read: impl FnMut(&str) -> Result<Option<Vec<u8>>, E>,
     ) -> Result<ModelConfig, E> {
         let path = dir.join(CONFIG_FILE);
-        let bytes = read(CONFIG_FILE)?.ok_or_else(|| ConfigError::Read {
+        let bytes = read(CONFIG_FILE)?.ok_or_else(|| ModelConfigError::Read {
             path: path.clone(),
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
         })?;
@@ -325,8 +330,8 @@ impl ModelConfig {
     }
 
     /// Interpret a parsed `config.json`; `path` names it in errors.
-    pub fn from_value(path: &Path, value: &Value) -> Result<ModelConfig, ConfigError> {
-        let top = value.as_object().ok_or_else(|| ConfigError::Field {
+    pub fn from_value(path: &Path, value: &Value) -> Result<ModelConfig, ModelConfigError> {
+        let top = value.as_object().ok_or_else(|| ModelConfigError::Field {
             path: path.to_owned(),
             field: "(top level)".into(),
             problem: "must be a JSON object".into(),
@@ -334,7 +339,7 @@ impl ModelConfig {
         let (map, prefix) = match top.get("text_config") {
             Some(Value::Object(text)) => (text, "text_config."),
             Some(other) if !other.is_null() => {
-                return Err(ConfigError::Field {
+                return Err(ModelConfigError::Field {
                     path: path.to_owned(),
                     field: "text_config".into(),
                     problem: format!("must be an object, found {other}"),
@@ -539,15 +544,15 @@ impl ModelConfig {
     }
 }
 
-fn parse_json(path: &Path, bytes: &[u8]) -> Result<Value, ConfigError> {
-    parse_strict(bytes).map_err(|e| ConfigError::Json {
+fn parse_json(path: &Path, bytes: &[u8]) -> Result<Value, ModelConfigError> {
+    parse_strict(bytes).map_err(|e| ModelConfigError::Json {
         path: path.to_owned(),
         detail: e.to_string(),
     })
 }
 
-fn eos_ids(path: &Path, v: Option<&Value>) -> Result<Option<Vec<u32>>, ConfigError> {
-    let bad = || ConfigError::Field {
+fn eos_ids(path: &Path, v: Option<&Value>) -> Result<Option<Vec<u32>>, ModelConfigError> {
+    let bad = || ModelConfigError::Field {
         path: path.to_owned(),
         field: "eos_token_id".into(),
         problem: "must be a token id or a list of token ids".into(),

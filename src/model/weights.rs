@@ -14,7 +14,7 @@ use std::sync::Arc;
 use safetensors::tensor::{Dtype as StDtype, Metadata};
 use safetensors::SafeTensors;
 
-use super::config::{ConfigError, ModelConfig};
+use super::config::{ModelConfig, ModelConfigError};
 use super::files::{CheckpointFiles, FileError, OpenFile, Seal};
 pub use super::tensors::LayerWeights;
 use super::tensors::LAYER_TENSORS;
@@ -45,7 +45,7 @@ const VISION_PREFIXES: [&str; 4] = [
 pub enum WeightsError {
     /// The configuration was refused.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] ModelConfigError),
     /// A file could not be opened or mapped.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -381,7 +381,7 @@ impl Checkpoint {
                 return Ok(None);
             }
             source.read(name).map(Some).map_err(|e| match e {
-                FileError::Read { path, source } => ConfigError::Read { path, source }.into(),
+                FileError::Read { path, source } => ModelConfigError::Read { path, source }.into(),
                 changed => WeightsError::File(changed),
             })
         })?;

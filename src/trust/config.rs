@@ -34,7 +34,7 @@ pub struct TrustConfig {
 /// Why the trust configuration was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum TrustConfigError {
     /// The file could not be read.
     #[error("cannot read trust configuration {}: {source}", path.display())]
     Read {
@@ -79,25 +79,27 @@ pub enum ConfigError {
     },
 }
 
-impl Diagnose for ConfigError {
+impl Diagnose for TrustConfigError {
     fn exit(&self) -> Exit {
         Exit::BadInput
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            ConfigError::Read { .. } => "create trust.toml (see examples/trust.toml) or pass \
+            TrustConfigError::Read { .. } => "create trust.toml (see examples/trust.toml) or pass \
                 --trust FILE"
                 .into(),
-            ConfigError::Malformed { .. } => "trust.toml has exactly the keys \
+            TrustConfigError::Malformed { .. } => "trust.toml has exactly the keys \
                 required_signatures, owners and (optionally) revoked; see examples/trust.toml"
                 .into(),
-            ConfigError::Owner { .. } => "owner paths are relative to the trust file's directory \
+            TrustConfigError::Owner { .. } => {
+                "owner paths are relative to the trust file's directory \
                 and name KEY.pub files written by `runner keygen`"
-                .into(),
-            ConfigError::Threshold { .. } => {
+                    .into()
+            }
+            TrustConfigError::Threshold { .. } => {
                 "list more distinct owner keys, or lower required_signatures".into()
             }
-            ConfigError::Revoked { .. } => "copy the certificate digest printed by \
+            TrustConfigError::Revoked { .. } => "copy the certificate digest printed by \
                 `runner inspect cert.json`"
                 .into(),
         })
@@ -120,12 +122,12 @@ impl TrustConfig {
         required_signatures: u64,
         revoked: Vec<Digest>,
         origin: &Path,
-    ) -> Result<TrustConfig, ConfigError> {
+    ) -> Result<TrustConfig, TrustConfigError> {
         let owners: BTreeMap<KeyId, PublicKey> =
             owners.into_iter().map(|k| (k.key_id(), k)).collect();
         let required = usize::try_from(required_signatures).unwrap_or(usize::MAX);
         if required == 0 || required > owners.len() {
-            return Err(ConfigError::Threshold {
+            return Err(TrustConfigError::Threshold {
                 path: origin.to_owned(),
                 required: required_signatures,
                 distinct: owners.len(),
@@ -139,12 +141,12 @@ impl TrustConfig {
     }
 
     /// Read and validate a trust file; owner paths are relative to its directory.
-    pub fn load(path: &Path) -> Result<TrustConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    pub fn load(path: &Path) -> Result<TrustConfig, TrustConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TrustConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let file: TrustFile = toml::from_str(&text).map_err(|e| ConfigError::Malformed {
+        let file: TrustFile = toml::from_str(&text).map_err(|e| TrustConfigError::Malformed {
             path: path.to_owned(),
             detail: e.to_string().trim_end().to_owned(),
         })?;
@@ -154,10 +156,11 @@ impl TrustConfig {
         };
         let mut owners = Vec::with_capacity(file.owners.len());
         for owner in &file.owners {
-            let key = PublicKey::load(&base.join(owner)).map_err(|source| ConfigError::Owner {
-                path: path.to_owned(),
-                source,
-            })?;
+            let key =
+                PublicKey::load(&base.join(owner)).map_err(|source| TrustConfigError::Owner {
+                    path: path.to_owned(),
+                    source,
+                })?;
             owners.push(key);
         }
         let mut revoked = Vec::with_capacity(file.revoked.len());
@@ -165,7 +168,7 @@ impl TrustConfig {
             match Digest::from_hex(&entry) {
                 Some(d) => revoked.push(d),
                 None => {
-                    return Err(ConfigError::Revoked {
+                    return Err(TrustConfigError::Revoked {
                         path: path.to_owned(),
                         entry,
                     })
@@ -249,7 +252,7 @@ mod tests {
             "required_signatures = 1\nowners = [\"keys/o0.key.pub\"]\nthreshold = 1\n",
         );
         let err = TrustConfig::load(&p).unwrap_err();
-        assert!(matches!(err, ConfigError::Malformed { .. }));
+        assert!(matches!(err, TrustConfigError::Malformed { .. }));
         assert!(
             err.to_string().contains("unknown field `threshold`"),
             "{err}"
@@ -265,7 +268,7 @@ mod tests {
         );
         assert!(matches!(
             TrustConfig::load(&p),
-            Err(ConfigError::Threshold {
+            Err(TrustConfigError::Threshold {
                 required: 0,
                 distinct: 1,
                 ..
@@ -290,7 +293,7 @@ mod tests {
         assert!(
             matches!(
                 err,
-                ConfigError::Threshold {
+                TrustConfigError::Threshold {
                     required: 2,
                     distinct: 1,
                     ..
@@ -309,14 +312,14 @@ mod tests {
             "required_signatures = 1\nowners = [\"keys/o0.key.pub\"]\nrevoked = [\"abc\"]\n",
         );
         assert!(
-            matches!(TrustConfig::load(&p), Err(ConfigError::Revoked { entry, .. }) if entry == "abc")
+            matches!(TrustConfig::load(&p), Err(TrustConfigError::Revoked { entry, .. }) if entry == "abc")
         );
         let p = write(
             dir.path(),
             "required_signatures = 1\nowners = [\"keys/none.pub\"]\n",
         );
         let err = TrustConfig::load(&p).unwrap_err();
-        assert!(matches!(err, ConfigError::Owner { .. }));
+        assert!(matches!(err, TrustConfigError::Owner { .. }));
         assert!(err.to_string().contains("none.pub"), "{err}");
     }
 
@@ -325,7 +328,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
             TrustConfig::load(&dir.path().join("trust.toml")),
-            Err(ConfigError::Read { .. })
+            Err(TrustConfigError::Read { .. })
         ));
         let p = write(
             dir.path(),
@@ -333,7 +336,7 @@ mod tests {
         );
         assert!(matches!(
             TrustConfig::load(&p),
-            Err(ConfigError::Malformed { .. })
+            Err(TrustConfigError::Malformed { .. })
         ));
     }
 }
