@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare `runner bench` with HF transformers `generate` on the same checkpoint and shapes (issue 7).
+"""Compare `runner bench` with HF transformers `generate` on the same checkpoint and shapes.
 
     .venv-reference/bin/python scripts/bench/compare_pytorch.py --model /tmp/m270 \
         [--batch 1,8] [--prompt-len 32] [--new-tokens 32] [--threads 2] [--repeat 3] \

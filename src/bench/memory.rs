@@ -1,5 +1,5 @@
 //! Memory facts for the benchmark: the process's peak resident set (Linux `VmHWM`), the bytes
-//! a batch's KV caches hold, and the budget a run must stay under (issue 4): the weights as
+//! a batch's KV caches hold, and the memory budget a run must stay under: the weights as
 //! stored, plus the KV caches, plus 100 MiB for everything else.
 //!
 //! The weights are memory-mapped, so their pages count in the resident set once touched; the

@@ -7,7 +7,8 @@
 use serde::Serialize;
 use serde_json::{json, Value as Json};
 
-use super::{fmt_num, median, prompts, ratio, render_table, time_run_tokens, warm_up, Timing};
+use super::report::{fmt_num, median, ratio, render_table};
+use super::{prompts, time_run_tokens, warm_up, Timing};
 use crate::job::generate::{GenerateError, Generator};
 use crate::kernels::parallel::with_threads;
 
