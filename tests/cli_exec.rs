@@ -944,7 +944,7 @@ fn a_model_written_during_the_run_signs_nothing() {
         .write_all_at(&[first], 0)
         .unwrap();
     let key = runner::primitives::keys::SecretKey::load(&env.path("keys/runner.key")).unwrap();
-    let err = run(admitted, &key, true).unwrap_err();
+    let err = run(admitted, &key, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&err, RunFailure::Model(FileError::Changed { path }) if path.ends_with("model/model.safetensors")),
         "{err:?}"

@@ -1,7 +1,6 @@
 //! The synthetic prompts every benchmark feeds: deterministic ids a Python script can draw
 //! too (scripts/bench/compare_pytorch.py), so the peers run the very same prompts.
 
-
 /// Seed of the synthetic prompt ids (scripts/bench/compare_pytorch.py draws the same ones).
 pub const PROMPT_SEED: u64 = 0x5EED_0B0B_BE4C_0001;
 

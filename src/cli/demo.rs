@@ -5,19 +5,20 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{print, CliResult};
+use super::{print, CliError, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::job::admit::{admit, Request};
 use crate::job::audit::{AuditLog, AuditRecord, Outcome};
-use crate::job::run::{run, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::run::{run, RunResult, OUTPUTS_FILE, RECEIPT_FILE};
 use crate::model::digest::model_digest;
 use crate::model::synthetic::SyntheticSpec;
 use crate::model::tokenizer::cached_tokenizer_path;
 use crate::primitives::atomic_file::Overwrite;
+use crate::primitives::digest::Digest;
 use crate::primitives::keys::{write_key_pair, SecretKey};
 use crate::primitives::time::Timestamp;
-use crate::restrict::check;
 use crate::restrict::policy::Policy;
+use crate::restrict::{check, Checked};
 use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
 use crate::trust::receipt::{subjects_of, verify_receipt};
@@ -84,7 +85,7 @@ fn fresh_dir(arg: Option<PathBuf>) -> Result<PathBuf, DemoError> {
     Ok(dir)
 }
 
-/// Build and run the demo.
+/// Build and run the demo: each step prints one numbered line.
 pub fn demo(args: DemoArgs) -> CliResult {
     let started = std::time::Instant::now();
     let dir = fresh_dir(args.dir)?;
@@ -92,19 +93,51 @@ pub fn demo(args: DemoArgs) -> CliResult {
         "runner demo: the whole flow, in {}\n\n",
         dir.display()
     ))?;
+    let keys = make_keys(&dir)?;
+    let trust = make_trust(&dir)?;
+    let model = make_model(&dir)?;
+    let (policy, checked) = check_engine(&dir)?;
+    let cert = approve(&dir, &keys.owner, policy, &checked, &model)?;
+    write_job(&dir, model.tokenizer)?;
+    let log = AuditLog::open(&dir.join("state"));
+    let request = Request {
+        cert: &dir.join("cert.json"),
+        job: &dir.join("job.toml"),
+        trust: &trust,
+        superseded: &[],
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let result = exec(&request, &keys.runner, &log)?;
+    verify(&dir, &result, &cert, &keys.runner)?;
+    guard(&dir, &request, &log)?;
+    print(&format!(
+        "\ndone in {:.1} s; everything is in {} (audit log in state/audit.jsonl)\n",
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    ))
+}
 
-    // 1. Keys.
+struct Keys {
+    owner: SecretKey,
+    runner: SecretKey,
+}
+
+/// 1. An owner's key and the runner's.
+fn make_keys(dir: &Path) -> Result<Keys, CliError> {
     let owner = SecretKey::generate()?;
-    let runner_key = SecretKey::generate()?;
+    let runner = SecretKey::generate()?;
     write_key_pair(&owner, &dir.join("keys/owner.key"), Overwrite::Refuse)?;
-    write_key_pair(&runner_key, &dir.join("keys/runner.key"), Overwrite::Refuse)?;
+    write_key_pair(&runner, &dir.join("keys/runner.key"), Overwrite::Refuse)?;
     print(&format!(
         "1. keys        owner {} and runner {} (private keys mode 0600 in keys/)\n",
         owner.key_id().short(),
-        runner_key.key_id().short()
+        runner.key_id().short()
     ))?;
+    Ok(Keys { owner, runner })
+}
 
-    // 2. Trust configuration (the operator's).
+/// 2. The operator's trust configuration.
+fn make_trust(dir: &Path) -> Result<TrustConfig, CliError> {
     write(
         &dir.join("trust.toml"),
         "# The operator's trust configuration: whose approvals count.\n\
@@ -112,8 +145,17 @@ pub fn demo(args: DemoArgs) -> CliResult {
     )?;
     let trust = TrustConfig::load(&dir.join("trust.toml"))?;
     print("2. trust       trust.toml: 1 owner signature required\n")?;
+    Ok(trust)
+}
 
-    // 3. Model: the real tokenizer when it is cached, so prompts can be text.
+struct DemoModel {
+    digest: Digest,
+    /// Whether the real tokenizer was cached, so prompts can be text.
+    tokenizer: bool,
+}
+
+/// 3. A random-weight model, with the real tokenizer when it is cached.
+fn make_model(dir: &Path) -> Result<DemoModel, CliError> {
     let tokenizer = cached_tokenizer_path().filter(|p| p.exists());
     let spec = SyntheticSpec {
         vocab_size: if tokenizer.is_some() { 262_144 } else { 512 },
@@ -131,13 +173,13 @@ pub fn demo(args: DemoArgs) -> CliResult {
             source,
         })?;
     }
-    let digest = model_digest(&model_dir)?;
+    let digest = model_digest(&model_dir)?.digest;
     print(&format!(
         "3. model       random-weight Gemma 3 ({} layers, hidden {}, vocab {}), digest {}\n",
         spec.num_layers,
         spec.hidden_size,
         spec.vocab_size,
-        digest.digest.short()
+        digest.short()
     ))?;
     if tokenizer.is_none() {
         print(
@@ -145,10 +187,15 @@ pub fn demo(args: DemoArgs) -> CliResult {
              fetches it), so prompts are token ids and outputs are tokens only\n",
         )?;
     }
+    Ok(DemoModel {
+        digest,
+        tokenizer: tokenizer.is_some(),
+    })
+}
 
-    // 4. The author's engine, checked against the policy (what owners review).
-    let engine_path = dir.join("engines/gemma3.eng");
-    write(&engine_path, ENGINE)?;
+/// 4. The author's engine, checked against the policy (what owners review).
+fn check_engine(dir: &Path) -> Result<(Policy, Checked), CliError> {
+    write(&dir.join("engines/gemma3.eng"), ENGINE)?;
     write(&dir.join("policies/gemma3.json"), POLICY)?;
     let policy = Policy::load(&dir.join("policies/gemma3.json"))?;
     let checked = check(ENGINE, "engines/gemma3.eng", &policy)?;
@@ -161,13 +208,22 @@ pub fn demo(args: DemoArgs) -> CliResult {
         report.builtins_used.len(),
         policy.policy_id().short()
     ))?;
+    Ok((policy, checked))
+}
 
-    // 5. The owner approves.
+/// 5. The owner approves.
+fn approve(
+    dir: &Path,
+    owner: &SecretKey,
+    policy: Policy,
+    checked: &Checked,
+    model: &DemoModel,
+) -> Result<Certificate, CliError> {
     let payload = build_payload(
-        EngineFacts::from_checked(&engine_path, &checked)?,
+        EngineFacts::from_checked(&dir.join("engines/gemma3.eng"), checked)?,
         Terms {
             policy,
-            model_digest: digest.digest,
+            model_digest: model.digest,
             issued_at: Timestamp::now(),
             valid_from: None,
             expires_at: None,
@@ -175,15 +231,18 @@ pub fn demo(args: DemoArgs) -> CliResult {
             note: Some("demo approval".into()),
         },
     )?;
-    let cert = Certificate::sign_new(payload, &owner)?;
+    let cert = Certificate::sign_new(payload, owner)?;
     write(&dir.join("cert.json"), cert.to_bytes())?;
     print(&format!(
         "5. approve     cert.json: certificate {} signed by the owner\n",
         cert.digest().short()
     ))?;
+    Ok(cert)
+}
 
-    // 6. A job on private prompts.
-    let inputs = if tokenizer.is_some() {
+/// 6. A job on private prompts: text when the tokenizer is there, token ids otherwise.
+fn write_job(dir: &Path, text: bool) -> Result<(), CliError> {
+    let inputs = if text {
         concat!(
             "{\"id\": \"q1\", \"prompt\": \"What is the capital of France?\"}\n",
             "{\"id\": \"q2\", \"prompt\": \"Write a haiku about the sea.\"}\n",
@@ -193,7 +252,7 @@ pub fn demo(args: DemoArgs) -> CliResult {
         "{\"id\": \"q1\", \"tokens\": [2, 17, 99, 4]}\n{\"id\": \"q2\", \"tokens\": [2, 300]}\n{\"id\": \"q3\", \"tokens\": [2, 42, 42, 7, 11]}\n"
     };
     write(&dir.join("inputs.jsonl"), inputs)?;
-    let outputs = if tokenizer.is_some() {
+    let outputs = if text {
         "[\"text\", \"tokens\"]"
     } else {
         "[\"tokens\"]"
@@ -206,35 +265,32 @@ pub fn demo(args: DemoArgs) -> CliResult {
              batch_size = 3\nmax_new_tokens = 12\ntemplate = \"chat\"\noutputs = {outputs}\n"
         ),
     )?;
-    print("6. job         job.toml: 3 private prompts, batch 3, 12 new tokens each\n")?;
+    print("6. job         job.toml: 3 private prompts, batch 3, 12 new tokens each\n")
+}
 
-    // 7. exec: the trusted boundary, then the run.
-    let log = AuditLog::open(&dir.join("state"));
-    let request = Request {
-        cert: &dir.join("cert.json"),
-        job: &dir.join("job.toml"),
-        trust: &trust,
-        superseded: &[],
-        now: time::OffsetDateTime::now_utc(),
-    };
-    let admitted = admit(&request)?;
+/// 7. exec: the trusted boundary, then the run.
+fn exec(request: &Request<'_>, runner: &SecretKey, log: &AuditLog) -> Result<RunResult, CliError> {
+    let admitted = admit(request)?;
     print(
         "7. exec        verified: signatures and threshold, validity, engine digest, policy_id, \
          verifier report, model digest, limits\n",
     )?;
-    let result = run(admitted, &runner_key, true)?;
+    let result = run(admitted, runner, &mut |_| {})?;
     let subjects = subjects_of(&[(OUTPUTS_FILE, &result.outputs)])?;
     log.append(AuditRecord::accepted(&result.facts, subjects))?;
     print(&format!(
         "              ran {} inputs, {} tokens; wrote out/{OUTPUTS_FILE} and out/{RECEIPT_FILE}\n",
         result.facts.counts.inputs, result.facts.counts.generated_tokens
     ))?;
+    Ok(result)
+}
 
-    // 8. The recipient verifies.
+/// 8. The recipient verifies the receipt and the outputs.
+fn verify(dir: &Path, result: &RunResult, cert: &Certificate, runner: &SecretKey) -> CliResult {
     let verified = verify_receipt(
         &result.receipt,
-        &cert,
-        &runner_key.public_key(),
+        cert,
+        &runner.public_key(),
         Some(&dir.join("out")),
     )?;
     print(&format!(
@@ -245,24 +301,23 @@ pub fn demo(args: DemoArgs) -> CliResult {
     for line in String::from_utf8_lossy(&result.outputs).lines() {
         print(&format!("              {line}\n"))?;
     }
+    Ok(())
+}
 
-    // 9. The guard: the engine edited after approval is refused.
-    write(&engine_path, format!("{ENGINE}// an unapproved edit\n"))?;
+/// 9. The guard: the engine edited after approval is refused.
+fn guard(dir: &Path, request: &Request<'_>, log: &AuditLog) -> CliResult {
+    write(
+        &dir.join("engines/gemma3.eng"),
+        format!("{ENGINE}// an unapproved edit\n"),
+    )?;
     std::fs::remove_dir_all(dir.join("out")).ok();
-    match admit(&request) {
-        Ok(_) => return Err(DemoError::GuardFailed.into()),
-        Err(refusal) => {
-            log.append(AuditRecord::with_reason(Outcome::Refused, &refusal))?;
-            print(&format!(
-                "9. guard       after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
-                refusal.exit().code(),
-                refusal.hint().unwrap_or_default()
-            ))?;
-        }
-    }
+    let Err(refusal) = admit(request) else {
+        return Err(DemoError::GuardFailed.into());
+    };
+    log.append(AuditRecord::with_reason(Outcome::Refused, &refusal))?;
     print(&format!(
-        "\ndone in {:.1} s; everything is in {} (audit log in state/audit.jsonl)\n",
-        started.elapsed().as_secs_f64(),
-        dir.display()
+        "9. guard       after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
+        refusal.exit().code(),
+        refusal.hint().unwrap_or_default()
     ))
 }

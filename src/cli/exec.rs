@@ -106,7 +106,10 @@ pub fn exec(args: ExecArgs) -> CliResult {
             return Err(e.into());
         }
     };
-    let result = match run(admitted, &key, args.quiet) {
+    let bar = super::progress::Bar::new(args.quiet);
+    let result = run(admitted, &key, &mut |p| bar.update(p));
+    drop(bar);
+    let result = match result {
         Ok(r) => r,
         Err(e) => {
             audit_failure(outcome_of(&e), &e)?;

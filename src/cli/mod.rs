@@ -17,6 +17,7 @@ mod demo;
 mod exec;
 mod keys;
 mod policy;
+mod progress;
 mod receipt;
 mod restrict;
 mod review;

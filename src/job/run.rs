@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::admit::Admitted;
@@ -89,24 +88,25 @@ impl From<GenerateError> for RunFailure {
     }
 }
 
-fn progress_bar(inputs: usize, quiet: bool) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    // indicatif draws only when stderr is a terminal.
-    let bar = ProgressBar::new(inputs as u64);
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} inputs  {msg}  eta {eta}")
-    {
-        bar.set_style(style);
-    }
-    bar
+/// How far a run has got: what a progress display may show (counts and time, never data).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Inputs finished so far.
+    pub inputs_done: usize,
+    /// Inputs in the job.
+    pub inputs_total: usize,
+    /// Tokens generated so far.
+    pub generated_tokens: u64,
+    /// Time since the first batch started.
+    pub elapsed: std::time::Duration,
 }
 
-/// Run every input through the engine, sign the receipt, publish the pair.
+/// Run every input through the engine, sign the receipt, publish the pair. `on_batch` is told
+/// the progress after each batch.
 pub fn run(
     admitted: Admitted,
     runner_key: &SecretKey,
-    quiet: bool,
+    on_batch: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, RunFailure> {
     let job = admitted.job();
     check_output_dir(&job.output_dir)?;
@@ -122,7 +122,6 @@ pub fn run(
             .eos_token_ids
             .clone(),
     };
-    let bar = progress_bar(admitted.inputs().len(), quiet);
     let mut lines = Vec::new();
     let mut counts = RunCounts {
         inputs: 0,
@@ -156,14 +155,13 @@ pub fn run(
                 Finish::Length => counts.finish_reasons.length += 1,
             }
         }
-        bar.inc(inputs.len() as u64);
-        let secs = started.elapsed().as_secs_f64().max(1e-9);
-        bar.set_message(format!(
-            "{:.1} tokens/s",
-            counts.generated_tokens as f64 / secs
-        ));
+        on_batch(&Progress {
+            inputs_done: counts.inputs as usize,
+            inputs_total: admitted.inputs().len(),
+            generated_tokens: counts.generated_tokens,
+            elapsed: started.elapsed(),
+        });
     }
-    bar.finish_and_clear();
 
     let mut outputs = Vec::new();
     for line in &lines {

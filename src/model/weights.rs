@@ -373,80 +373,33 @@ impl Checkpoint {
 
     /// Load from `source`: in `exec`, the very files the model digest hashed.
     pub fn load_from(mut source: CheckpointFiles) -> Result<Checkpoint, WeightsError> {
-        let dir = source.dir().to_owned();
-        // A missing or unreadable config.json is a configuration error (exit 2, with its hint);
-        // one that changed since it was hashed stays a refusal.
-        let config = ModelConfig::load_with(&dir, |name| {
-            if !source.exists(name) {
-                return Ok(None);
-            }
-            source.read(name).map(Some).map_err(|e| match e {
-                FileError::Read { path, source } => ModelConfigError::Read { path, source }.into(),
-                changed => WeightsError::File(changed),
-            })
-        })?;
-        let dir = dir.as_path();
+        let config = read_config(&mut source)?;
         let mut files = Files::open(&mut source)?;
-        let prefix = TEXT_PREFIXES
-            .iter()
-            .find(|p| {
-                files
-                    .entries
-                    .contains_key(&format!("{p}embed_tokens.weight"))
-            })
-            .ok_or_else(|| WeightsError::NoTextModel {
-                dir: dir.to_owned(),
-            })?;
+        let prefix = files.text_prefix()?;
         let c = &config;
-        let (h, dims) = (c.hidden_size, c.dims());
-        let embed = files.take(&format!("{prefix}embed_tokens.weight"), &[c.vocab_size, h])?;
-        let mut layers = Vec::with_capacity(c.num_layers());
-        for i in 0..c.num_layers() {
-            let weights = LAYER_TENSORS
-                .iter()
-                .map(|t| {
-                    files.take(
-                        &format!("{prefix}layers.{i}.{}", t.hf_suffix),
-                        &t.shape(&dims),
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            layers.extend(LayerWeights::new(weights));
-        }
-        let norm = files.take(&format!("{prefix}norm.weight"), &[h])?;
-        let head_names = ["lm_head.weight", "language_model.lm_head.weight"];
-        let lm_head = if c.tie_word_embeddings {
-            // HF ties the head to the embedding and ignores a stored copy.
-            for n in head_names {
-                files.entries.remove(n);
-            }
-            embed.clone()
-        } else {
-            let name = head_names
-                .iter()
-                .find(|n| files.entries.contains_key(**n))
-                .copied()
-                .unwrap_or(head_names[0]);
-            files.take(name, &[c.vocab_size, h])?
-        };
-        if let Some((name, entry)) = files.entries.iter().find(|(n, _)| !is_vision(n)) {
-            return Err(WeightsError::Unexpected {
-                path: files.paths[entry.file].clone(),
-                name: name.clone(),
-            });
-        }
+        let embed = files.take(
+            &format!("{prefix}embed_tokens.weight"),
+            &[c.vocab_size, c.hidden_size],
+        )?;
+        let mut layers = (0..c.num_layers())
+            .map(|i| files.take_layer(&format!("{prefix}layers.{i}."), c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let norm = files.take(&format!("{prefix}norm.weight"), &[c.hidden_size])?;
+        let lm_head = files.take_head(c, &embed)?;
+        files.nothing_left()?;
         super::pack::pack(
             layers
                 .iter_mut()
                 .flat_map(LayerWeights::projections_mut)
                 .collect(),
         );
-        let mut weight_bytes = embed.bytes().len() as u64 + norm.bytes().len() as u64;
+        let mut weight_bytes = [&embed, &norm]
+            .into_iter()
+            .chain(layers.iter().flat_map(|l| l.iter().map(|(_, w)| w)))
+            .map(|w| w.bytes().len() as u64)
+            .sum::<u64>();
         if !c.tie_word_embeddings {
             weight_bytes += lm_head.bytes().len() as u64;
-        }
-        for l in &layers {
-            weight_bytes += l.iter().map(|(_, w)| w.bytes().len() as u64).sum::<u64>();
         }
         Ok(Checkpoint {
             config,
@@ -457,5 +410,82 @@ impl Checkpoint {
             weight_bytes,
             seal: source.into_seal(),
         })
+    }
+}
+
+/// `config.json` (and `generation_config.json`) read through `source`. A missing or unreadable
+/// config.json is a configuration error (exit 2, with its hint); one that changed since it was
+/// hashed stays a refusal.
+fn read_config(source: &mut CheckpointFiles) -> Result<ModelConfig, WeightsError> {
+    let dir = source.dir().to_owned();
+    ModelConfig::load_with(&dir, |name| {
+        if !source.exists(name) {
+            return Ok(None);
+        }
+        source.read(name).map(Some).map_err(|e| match e {
+            FileError::Read { path, source } => ModelConfigError::Read { path, source }.into(),
+            changed => WeightsError::File(changed),
+        })
+    })
+}
+
+/// Names of a stored output head, tried in order.
+const HEAD_NAMES: [&str; 2] = ["lm_head.weight", "language_model.lm_head.weight"];
+
+impl Files {
+    /// The text-model prefix this checkpoint's names use.
+    fn text_prefix(&self) -> Result<&'static str, WeightsError> {
+        TEXT_PREFIXES
+            .iter()
+            .copied()
+            .find(|p| {
+                self.entries
+                    .contains_key(&format!("{p}embed_tokens.weight"))
+            })
+            .ok_or_else(|| WeightsError::NoTextModel {
+                dir: self.dir.clone(),
+            })
+    }
+
+    /// Every tensor of the layer whose names start with `prefix`.
+    fn take_layer(&mut self, prefix: &str, c: &ModelConfig) -> Result<LayerWeights, WeightsError> {
+        let dims = c.dims();
+        let weights = LAYER_TENSORS
+            .iter()
+            .map(|t| self.take(&format!("{prefix}{}", t.hf_suffix), &t.shape(&dims)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // One weight per row of the table, so this is always `Some`.
+        LayerWeights::new(weights).ok_or_else(|| WeightsError::Missing {
+            dir: self.dir.clone(),
+            name: format!("{prefix}*"),
+        })
+    }
+
+    /// The output head: the embedding when tied (HF then ignores a stored copy), else the
+    /// stored head.
+    fn take_head(&mut self, c: &ModelConfig, embed: &Weight) -> Result<Weight, WeightsError> {
+        if c.tie_word_embeddings {
+            for n in HEAD_NAMES {
+                self.entries.remove(n);
+            }
+            return Ok(embed.clone());
+        }
+        let name = HEAD_NAMES
+            .iter()
+            .find(|n| self.entries.contains_key(**n))
+            .copied()
+            .unwrap_or(HEAD_NAMES[0]);
+        self.take(name, &[c.vocab_size, c.hidden_size])
+    }
+
+    /// Refuse a text tensor the configuration does not account for.
+    fn nothing_left(&self) -> Result<(), WeightsError> {
+        match self.entries.iter().find(|(n, _)| !is_vision(n)) {
+            Some((name, entry)) => Err(WeightsError::Unexpected {
+                path: self.paths[entry.file].clone(),
+                name: name.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::certificate::{CertificatePayload, PrivateRange};
+use super::certificate::{CertificatePayload, PrivateRange, RestrictReport};
 use crate::primitives::digest::Digest;
 use crate::restrict::policy::Policy;
 use crate::restrict::Checked;
@@ -203,34 +203,7 @@ pub fn review(
 ) -> Result<Review, ReviewError> {
     let approved = old.engine.restrict.as_ref().ok_or(ReviewError::NoReport)?;
     let report = new.report();
-    let new_source = Digest::of(new.source().as_bytes());
-    let new_view = Digest::of(new.view().as_bytes());
-    let view = match old_engine {
-        Some(o) => {
-            let found = Digest::of(o.source().as_bytes());
-            if found != old.engine.source_digest {
-                return Err(ReviewError::OldEngineMismatch {
-                    expected: old.engine.source_digest.short(),
-                    found: found.short(),
-                });
-            }
-            let old_view = Digest::of(o.view().as_bytes());
-            if old_view != approved.view_digest {
-                return Err(ReviewError::OldViewMismatch {
-                    expected: approved.view_digest.short(),
-                    found: old_view.short(),
-                });
-            }
-            ViewDiff::Diff {
-                unified: unified_diff(o.view(), new.view(), "approved view", "new view")
-                    .ok_or(ReviewError::TooLong)?,
-            }
-        }
-        None => ViewDiff::Unavailable {
-            old_digest: approved.view_digest,
-            new_digest: new_view,
-        },
-    };
+    let view = view_diff(old, approved, new, old_engine)?;
     let new_ranges: Vec<String> = report
         .private_ranges
         .iter()
@@ -247,37 +220,13 @@ pub fn review(
     };
     let source_digest = Change {
         old: old.engine.source_digest,
-        new: new_source,
+        new: Digest::of(new.source().as_bytes()),
     };
     let model_digest = model.map(|m| Change {
         old: old.model_digest,
         new: m,
     });
-    let mut parts = vec![
-        if policy_id.unchanged() {
-            "policy unchanged"
-        } else {
-            "policy CHANGED"
-        },
-        if source_digest.unchanged() {
-            "source unchanged"
-        } else {
-            "source changed"
-        },
-    ];
-    match &model_digest {
-        Some(m) if m.unchanged() => parts.push("model unchanged"),
-        Some(_) => parts.push("model CHANGED"),
-        None => {}
-    }
-    let everything_same = policy_id.unchanged()
-        && source_digest.unchanged()
-        && model_digest.as_ref().is_none_or(Change::unchanged);
-    parts.push(if everything_same {
-        "the certificate still applies"
-    } else {
-        "re-approval needed"
-    });
+    let verdict = verdict(&policy_id, &source_digest, model_digest.as_ref());
     Ok(Review {
         certificate,
         source_digest,
@@ -295,8 +244,76 @@ pub fn review(
         },
         view,
         model_digest,
-        verdict: parts.join("; "),
+        verdict,
     })
+}
+
+/// The diff of the owners' views, when the approved engine is at hand (checked to be the one
+/// the certificate binds, view and all); else the two view digests.
+fn view_diff(
+    old: &CertificatePayload,
+    approved: &RestrictReport,
+    new: &Checked,
+    old_engine: Option<&Checked>,
+) -> Result<ViewDiff, ReviewError> {
+    let Some(o) = old_engine else {
+        return Ok(ViewDiff::Unavailable {
+            old_digest: approved.view_digest,
+            new_digest: Digest::of(new.view().as_bytes()),
+        });
+    };
+    let found = Digest::of(o.source().as_bytes());
+    if found != old.engine.source_digest {
+        return Err(ReviewError::OldEngineMismatch {
+            expected: old.engine.source_digest.short(),
+            found: found.short(),
+        });
+    }
+    let old_view = Digest::of(o.view().as_bytes());
+    if old_view != approved.view_digest {
+        return Err(ReviewError::OldViewMismatch {
+            expected: approved.view_digest.short(),
+            found: old_view.short(),
+        });
+    }
+    Ok(ViewDiff::Diff {
+        unified: unified_diff(o.view(), new.view(), "approved view", "new view")
+            .ok_or(ReviewError::TooLong)?,
+    })
+}
+
+/// One line saying what changed and whether the certificate still applies.
+fn verdict(
+    policy_id: &Change<Digest>,
+    source_digest: &Change<Digest>,
+    model_digest: Option<&Change<Digest>>,
+) -> String {
+    let mut parts = vec![
+        if policy_id.unchanged() {
+            "policy unchanged"
+        } else {
+            "policy CHANGED"
+        },
+        if source_digest.unchanged() {
+            "source unchanged"
+        } else {
+            "source changed"
+        },
+    ];
+    match model_digest {
+        Some(m) if m.unchanged() => parts.push("model unchanged"),
+        Some(_) => parts.push("model CHANGED"),
+        None => {}
+    }
+    let everything_same = policy_id.unchanged()
+        && source_digest.unchanged()
+        && model_digest.is_none_or(Change::unchanged);
+    parts.push(if everything_same {
+        "the certificate still applies"
+    } else {
+        "re-approval needed"
+    });
+    parts.join("; ")
 }
 
 impl Review {
