@@ -6,8 +6,8 @@
 //! only changes which thread does the work.
 //!
 //! Work runs on one persistent pool (`kernels::pool`), started on first use: a decode step makes
-//! a few hundred kernel calls, and starting threads per call cost ~55 µs each (and left a malloc
-//! arena behind per short-lived thread). The calling thread works too; small jobs (below a
+//! a few hundred kernel calls, and starting threads per call cost tens of microseconds each
+//! (and left a malloc arena behind per short-lived thread). The calling thread works too; small jobs (below a
 //! kernel-chosen amount of work) run on it alone. Every split is a list of pieces that the
 //! threads claim one at a time (`run_claimed`); column and range splits can be cut finer than
 //! one piece per thread, so a core slowed by a neighbour (this VM's other tenants) does not

@@ -3,10 +3,10 @@
 //!
 //! Why not a general-purpose pool: a decode step is a few hundred kernel calls, each a job of
 //! 0.05-5 ms separated by a few to a hundred microseconds of serial work. A worker that falls
-//! asleep in such a gap costs the next call a wake-up, and on this VM (a wake-up is an
-//! inter-processor interrupt through the hypervisor) that measured 25-60 µs: a parallel `add`
-//! of 64k values took 35-104 µs on two threads against 22-43 µs on one, and batch-1 decode on
-//! 1b pays it about 180 times a step. Here workers spin for [`SPIN`] after each job before they
+//! asleep in such a gap costs the next call a wake-up, and in a VM a wake-up is an
+//! inter-processor interrupt through the hypervisor, tens of microseconds: enough that a
+//! small parallel call ran slower on two threads than on one, paid about 180 times per
+//! batch-1 decode step of the 1b model (docs/performance.md, "Threads"). Here workers spin for [`SPIN`] after each job before they
 //! park, and the caller spins (not sleeps) until its helpers are done.
 //!
 //! One caller at a time: a thread that finds the pool in use runs its job alone, which gives

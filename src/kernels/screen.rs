@@ -69,8 +69,9 @@ pub(crate) struct Screen {
     max_abs: f64,
 }
 
-/// The quantised values: an anonymous map asking for huge pages (a single stream read at
-/// ~22 GB/s here, against ~17 with 4 KiB pages), or the heap where that is not available.
+/// The quantised values: an anonymous map asking for huge pages (a single stream reads faster
+/// through them than through 4 KiB pages; docs/performance.md, "Huge pages"), or the heap where
+/// that is not available.
 enum Storage {
     Map(memmap2::MmapMut),
     Heap(Vec<u8>),

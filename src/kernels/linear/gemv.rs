@@ -8,9 +8,8 @@
 //! The four rows are read side by side, but memory only streams well as one sequential run
 //! (the hardware prefetcher gives up at every 4 KiB page of the mapped file). So while a block
 //! of rows is read, the next block's bytes are prefetched in address order, a fixed share per
-//! step: one sequential stream one block ahead. Measured on the 270m head (x[1, 640] ×
-//! w[262144, 640] bf16, 2 threads, file-backed): 14.2-14.5 GB/s with a prefetch 6 KiB ahead in
-//! each row, 16.4-16.5 GB/s with the sequential one, against 14.2-15.8 for a plain read loop.
+//! step: one sequential stream one block ahead, measurably faster than a prefetch a fixed
+//! distance ahead in each row or a plain read loop (docs/performance.md, "Batch 1").
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
