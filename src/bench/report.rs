@@ -202,6 +202,8 @@ pub struct Machine {
     pub isa: String,
     /// Kernel threads.
     pub threads: usize,
+    /// The binary's allocator ([`crate::memory::heap::ALLOCATOR`]).
+    pub allocator: &'static str,
     /// Load average (1, 5, 15 min) before the runs.
     pub load_average_start: Option<[f64; 3]>,
     /// Load average after the runs and probes.
@@ -314,10 +316,12 @@ impl Report {
             self.repeat
         ));
         out.push_str(&format!(
-            "machine    {}, isa {}, {} thread(s); load average {} at start, {} at end\n",
+            "machine    {}, isa {}, {} thread(s), allocator {}; load average {} at start, {} at \
+             end\n",
             m.cpu,
             m.isa,
             m.threads,
+            m.allocator,
             load(m.load_average_start),
             load(m.load_average_end)
         ));

@@ -218,6 +218,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
             cpu: probe::cpu_model(),
             isa: format!("{:?}", kernels::isa()),
             threads,
+            allocator: crate::memory::heap::ALLOCATOR,
             load_average_start,
             load_average_end: probe::load_average(),
         },

@@ -17,6 +17,16 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 
+/// The allocator the `runner` binary was built with: this one, unless the feature
+/// `system-alloc` (glibc's, with the same tuning) or `mimalloc` swapped it out.
+pub const ALLOCATOR: &str = if cfg!(feature = "system-alloc") {
+    "system"
+} else if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "runner"
+};
+
 /// Blocks from this size up are mapped and kept here.
 pub const LARGE: usize = 1 << 20;
 /// Sizes are rounded up to a multiple of this, so near sizes share blocks.
