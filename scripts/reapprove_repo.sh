@@ -1,7 +1,7 @@
 #!/bin/sh
 # Regenerate certs/: certificates for the engines this repository ships, signed by the DEMO owner
 # key certs/demo-owner.key (created on first run). Run it after changing anything in engines/ or
-# policies/gemma3.json; tests/repo_certs.rs fails until you do.
+# policies/gemma3.json; tests/lib/repo_certs.rs fails until you do.
 #
 # The model bound is the tiny-270m test fixture (real weights cannot be shipped), and the
 # certificates expire 2036-01-01 so the test does not rot. Demo only: never trust this key.

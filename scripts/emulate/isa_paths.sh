@@ -12,7 +12,8 @@
 #      enabling AMX state: xsetbv faults.)
 #   2. takes bookworm's kernel, isolinux, busybox-static and vgabios packages (unpacked, not
 #      installed);
-#   3. builds the lib and parity test binaries statically (`+crt-static`, release);
+#   3. builds the lib's unit tests and the tests/lib binary (where the parity tests are)
+#      statically (`+crt-static`, release);
 #   4. boots them from an ISO, on one emulated CPU, with the serial console in a file; the
 #      guest prints each test binary's output and `ISA-PATHS EXIT <code>`, then powers off.
 # Exit status: 0 when every test binary passed in the guest, 1 when one failed, 2 when the
@@ -82,7 +83,7 @@ P="$WORK/pkgs.root"
 TRIPLE=x86_64-unknown-linux-gnu
 mapfile -t BINS < <(cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" \
   cargo test --release --locked --target "$TRIPLE" --target-dir "$WORK/cargo" \
-    --lib --test parity --no-run --message-format=json 2>/dev/null \
+    --lib --test lib --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -111,7 +112,7 @@ cd /t
 echo "ISA-PATHS RUN lib $(cat filter | tr '\n' ' ')"
 ./runner $(cat filter) --test-threads=1 || status=1
 echo "ISA-PATHS RUN parity"
-./parity --test-threads=1 || status=1
+./lib parity:: --test-threads=1 || status=1
 echo "ISA-PATHS EXIT $status"
 # The serial port drains after the echo returns; give it time before the power goes.
 sync

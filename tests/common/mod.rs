@@ -1,32 +1,23 @@
-//! Shared by the CLI tests: judging a finished `runner` process.
-// Each test binary compiles this module and uses only part of it.
-#![allow(dead_code)]
+//! The test harness (after ripgrep's `tests/util.rs`).
+//!
+//! - [`Dir`]: a temporary directory with path helpers and file writers, and [`TestCommand`]:
+//!   the `runner` binary run in it, with the assertions on how a run ends (`ok`, `fails`,
+//!   `exits`).
+//! - [`Env`]: a `Dir` laid out for the runner (`Env::new`, `two_owner_cert`, `with_receipt`,
+//!   `bare_job`, `approved_job`, `reapproval`, `audit_log`), with the operations the CLI tests
+//!   share: keys, trust files, approvals and envelopes (`env.rs`), jobs and refusals
+//!   (`job.rs`), the audit log (`audit.rs`) and receipts (`receipt.rs`).
+//! - `repo`: paths into the repository and the cached tokenizer, the only part `tests/lib`
+//!   includes too.
 
-use std::process::Output;
+mod audit;
+mod dir;
+mod env;
+mod job;
+mod receipt;
+pub mod repo;
 
-/// Assert the run succeeded; return its stdout.
-pub fn succeeded(args: &[&str], out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Assert the run exited with `code`, said `needle` on stderr and printed nothing on stdout;
-/// return its stderr.
-pub fn failed_with(args: &[&str], out: Output, code: i32, needle: &str) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-    assert!(
-        stderr.contains(needle),
-        "{args:?}: expected {needle:?} in: {stderr}"
-    );
-    assert!(
-        out.stdout.is_empty(),
-        "{args:?} printed to stdout on failure"
-    );
-    stderr
-}
+pub use dir::{Dir, TestCommand};
+pub use env::Env;
+pub use job::{expected_json, fixture_prompts, ids, job_toml, EXEC};
+pub use receipt::RECEIPT_OUTPUTS;

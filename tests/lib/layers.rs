@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::common::repo::root;
+
 /// The layers, lowest first. A module uses only modules listed in an earlier layer (or itself).
 /// `lib.rs` and `main.rs` are the roots and may use anything.
 const LAYERS: &[&[&str]] = &[
@@ -132,7 +134,7 @@ fn edges(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
 }
 
 fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    root().join("src")
 }
 
 fn show(m: &Module) -> String {

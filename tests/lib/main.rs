@@ -1,4 +1,20 @@
 //! Tests of the library's modules through their public API, one file per part, linked into
-//! one test binary.
+//! one test binary. Of the harness in `tests/common` they need only the repository paths.
 
+#[path = "../common"]
+mod common {
+    pub mod repo;
+}
+
+mod engine_layers;
+mod job_files;
 mod layers;
+mod model_load;
+mod parity;
+mod reapproval;
+mod repo_certs;
+mod restrict_fuzz;
+mod restrict_run;
+mod restrict_verify;
+mod tokenizer;
+mod trust_props;

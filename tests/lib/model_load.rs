@@ -16,6 +16,8 @@ use runner::model::weights::{Checkpoint, WeightsError};
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
+use crate::common::repo::root;
+
 type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
 
 fn write_tiny(dir: &Path) -> SyntheticSpec {
@@ -387,9 +389,9 @@ fn generation_config_sets_the_stop_tokens() {
 /// transformers computed (recorded in expected.json).
 #[test]
 fn reads_every_reference_fixture_as_transformers_does() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+    let models = root().join("tests/fixtures/models");
     let mut seen = 0;
-    for entry in std::fs::read_dir(&root).unwrap() {
+    for entry in std::fs::read_dir(&models).unwrap() {
         let dir = entry.unwrap().path();
         let expected: Value =
             serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();

@@ -3,7 +3,7 @@
 //! policy, so they give identical greedy tokens and share a policy_id, yet their source digests
 //! differ, which is why a certificate for one does not admit the other.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use runner::job::generate::{Generator, Settings};
@@ -12,11 +12,9 @@ use runner::restrict::policy::Policy;
 use runner::restrict::{check, Checked};
 use serde_json::Value as Json;
 
-const SIX_LAYER_FIXTURES: [&str; 3] = ["tiny-270m", "tiny-4b", "tiny-27b"];
+use crate::common::repo::{fixture_model, root};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+const SIX_LAYER_FIXTURES: [&str; 3] = ["tiny-270m", "tiny-4b", "tiny-27b"];
 
 fn checked(engine: &str) -> Checked {
     let source = std::fs::read_to_string(root().join(engine)).unwrap();
@@ -53,7 +51,7 @@ fn unrolled_and_scan_engines_give_identical_greedy_tokens() {
         stop_ids: Vec::new(),
     };
     for name in SIX_LAYER_FIXTURES {
-        let dir = root().join("tests/fixtures/models").join(name);
+        let dir = fixture_model(name);
         let ps = prompts(&dir);
         assert!(!ps.is_empty());
         let scan = generator("engines/gemma3.eng", &dir);

@@ -2,134 +2,13 @@
 //! keygen, policy-id, approve, cosign, inspect and verify-cert, and every refusal's exit code,
 //! message, and (for commands that write) the absence of any output file.
 
-mod common;
-
 use std::fs;
 
-const ENGINE: &str = include_str!("../engines/gemma3.eng");
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-use runner::primitives::dsse::Envelope;
-use runner::primitives::keys::SecretKey;
 use runner::trust::certificate::{Certificate, CERTIFICATE_PAYLOAD_TYPE};
 
-struct Env {
-    dir: tempfile::TempDir,
-}
+use crate::common::Env;
 
-impl Env {
-    /// A directory with an engine, the shipped policy and a tiny model checkpoint.
-    fn new() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        fs::create_dir(root.join("model")).unwrap();
-        fs::create_dir(root.join("keys")).unwrap();
-        fs::write(root.join("model/config.json"), br#"{"hidden_size": 640}"#).unwrap();
-        fs::write(root.join("model/model.safetensors"), vec![3u8; 50_000]).unwrap();
-        fs::write(root.join("gemma3.eng"), ENGINE).unwrap();
-        let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/gemma3.json");
-        fs::copy(policy, root.join("gemma3.json")).unwrap();
-        Env { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_runner"))
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        common::succeeded(args, self.run(args))
-    }
-
-    /// Run, expect exit `code`, and return stderr after checking it mentions `needle`.
-    fn fails(&self, args: &[&str], code: i32, needle: &str) -> String {
-        common::failed_with(args, self.run(args), code, needle)
-    }
-
-    fn keygen(&self, name: &str) {
-        self.ok(&["keygen", "--out", &format!("keys/{name}.key")]);
-    }
-
-    fn approve(&self, key: &str, out: &str, extra: &[&str]) -> String {
-        let key = format!("keys/{key}.key");
-        let mut args = vec![
-            "approve",
-            "--engine",
-            "gemma3.eng",
-            "--policy",
-            "gemma3.json",
-            "--model",
-            "model",
-            "--key",
-            &key,
-            "--out",
-            out,
-        ];
-        args.extend_from_slice(extra);
-        self.ok(&args)
-    }
-
-    fn trust(&self, required: u32, owners: &[&str], revoked: &[String]) {
-        let owners: Vec<String> = owners
-            .iter()
-            .map(|o| format!("\"keys/{o}.key.pub\""))
-            .collect();
-        let revoked: Vec<String> = revoked.iter().map(|r| format!("\"{r}\"")).collect();
-        fs::write(
-            self.path("trust.toml"),
-            format!(
-                "required_signatures = {required}\nowners = [{}]\nrevoked = [{}]\n",
-                owners.join(", "),
-                revoked.join(", ")
-            ),
-        )
-        .unwrap();
-    }
-
-    /// Two owners, a certificate signed by both, trust.toml requiring both.
-    fn two_owner_cert() -> Env {
-        let env = Env::new();
-        env.keygen("a");
-        env.keygen("b");
-        env.approve("a", "cert.json", &[]);
-        env.ok(&["cosign", "cert.json", "--key", "keys/b.key"]);
-        env.trust(2, &["a", "b"], &[]);
-        env
-    }
-
-    fn key(&self, name: &str) -> SecretKey {
-        SecretKey::load(&self.path(&format!("keys/{name}.key"))).unwrap()
-    }
-
-    fn envelope(&self, name: &str) -> Envelope {
-        Envelope::parse(&fs::read(self.path(name)).unwrap()).unwrap()
-    }
-
-    fn write(&self, name: &str, bytes: &[u8]) {
-        fs::write(self.path(name), bytes).unwrap();
-    }
-
-    /// Arbitrary payload bytes and type, signed by the named keys, as a certificate file.
-    fn write_signed(&self, name: &str, payload_type: &str, payload: &[u8], keys: &[&str]) {
-        let mut env = Envelope::new(payload_type, payload.to_vec());
-        for k in keys {
-            env.sign(&self.key(k)).unwrap();
-        }
-        self.write(name, &env.to_bytes());
-    }
-
-    fn payload_text(&self) -> String {
-        String::from_utf8(self.envelope("cert.json").payload).unwrap()
-    }
-}
+const ENGINE: &str = include_str!("../../engines/gemma3.eng");
 
 // ---- keygen ----
 
@@ -555,7 +434,7 @@ fn rejects_tampered_payload_byte() {
     let mut e = env.envelope("cert.json");
     let pos = e.payload.iter().position(|&b| b == b'7').unwrap();
     e.payload[pos] = b'8';
-    env.write("cert.json", &e.to_bytes());
+    env.write("cert.json", e.to_bytes());
     env.fails(
         &["verify-cert", "cert.json"],
         3,
@@ -571,7 +450,7 @@ fn rejects_tampered_signature() {
     let env = Env::two_owner_cert();
     let mut e = env.envelope("cert.json");
     e.signatures[1].sig[63] ^= 0x01;
-    env.write("cert.json", &e.to_bytes());
+    env.write("cert.json", e.to_bytes());
     env.fails(
         &["verify-cert", "cert.json"],
         3,
@@ -609,7 +488,7 @@ fn rejects_same_trusted_key_counted_twice() {
     let mut e = env.envelope("cert.json");
     let copy = e.signatures[0].clone();
     e.signatures.push(copy);
-    env.write("cert.json", &e.to_bytes());
+    env.write("cert.json", e.to_bytes());
     env.trust(2, &["a", "b"], &[]);
     env.fails(
         &["verify-cert", "cert.json"],
@@ -731,7 +610,7 @@ fn rejects_truncated_and_garbage_files() {
         2,
         "cut.json: the envelope is not valid JSON",
     );
-    env.write("junk.json", &[0xff, 0xfe, 0x00, 0x42]);
+    env.write("junk.json", [0xff, 0xfe, 0x00, 0x42]);
     env.fails(&["verify-cert", "junk.json"], 2, "not valid JSON");
     env.write("empty.json", b"");
     env.fails(&["verify-cert", "empty.json"], 2, "not valid JSON");
@@ -750,7 +629,7 @@ fn rejects_unknown_fields() {
     v["signatures"][0]["cert"] = "x".into();
     env.write(
         "env.json",
-        &runner::primitives::canonical::to_canonical(&v).unwrap(),
+        runner::primitives::canonical::to_canonical(&v).unwrap(),
     );
     env.fails(&["verify-cert", "env.json"], 2, "unknown field `cert`");
 

@@ -569,7 +569,7 @@ fn step(model: &Value, tokens: &[u32], positions: &[u32], pad: &[u32]) -> Inputs
 
 #[test]
 fn gemma_shaped_engine_prefill_then_decode_matches_a_longer_prefill() {
-    let src = include_str!("engines/tiny_gemma.eng");
+    let src = include_str!("../engines/tiny_gemma.eng");
     let tokens = [3u32, 7, 1, 9, 4];
     // One prefill of all five tokens.
     let (model_a, caches_a) = gemma_model(1, 1);
@@ -617,7 +617,7 @@ fn gemma_shaped_engine_prefill_then_decode_matches_a_longer_prefill() {
 #[test]
 fn gemma_shaped_engine_hides_its_private_parts_from_the_view() {
     let c = check(
-        include_str!("engines/tiny_gemma.eng"),
+        include_str!("../engines/tiny_gemma.eng"),
         "tiny_gemma.eng",
         &policy(),
     )

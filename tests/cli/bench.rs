@@ -3,26 +3,27 @@
 //! and bad input is refused with the documented exit code.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use runner::model::synthetic::SyntheticSpec;
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::repo::root;
+use crate::common::{Dir, TestCommand};
 
-fn tiny_model(dir: &Path) -> PathBuf {
-    let model = dir.join("tiny");
+fn tiny_model(dir: &Dir) -> PathBuf {
+    let model = dir.path("tiny");
     SyntheticSpec::tiny()
         .write(&model, 7)
         .unwrap_or_else(|e| panic!("{e}"));
     model
 }
 
-fn bench(model: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .arg("bench")
+/// `runner bench` of `model` with the shipped engine and policy, a short prompt and probe, and
+/// `extra` flags.
+fn bench_command(model: &Path, extra: &[&str]) -> TestCommand {
+    let mut cmd = TestCommand::new();
+    cmd.arg("bench")
         .arg("--model")
         .arg(model)
         .arg("--engine")
@@ -30,9 +31,12 @@ fn bench(model: &Path, extra: &[&str]) -> Output {
         .arg("--policy")
         .arg(root().join("policies/gemma3.json"))
         .args(["--prompt-len", "4", "--new-tokens", "3", "--probe-mib", "8"])
-        .args(extra)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run runner: {e}"))
+        .args(extra);
+    cmd
+}
+
+fn bench(model: &Path, extra: &[&str]) -> Output {
+    bench_command(model, extra).output()
 }
 
 fn text(b: &[u8]) -> String {
@@ -47,8 +51,8 @@ fn number(v: &Value, key: &str) -> f64 {
 
 #[test]
 fn json_report_has_every_field_for_each_batch_size() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let model = tiny_model(dir.path());
+    let dir = Dir::new();
+    let model = tiny_model(&dir);
     let out = bench(&model, &["--batch", "2,1", "--threads", "2", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
@@ -127,8 +131,8 @@ fn json_report_has_every_field_for_each_batch_size() {
 
 #[test]
 fn in_process_table_says_the_peak_is_process_wide() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let model = tiny_model(dir.path());
+    let dir = Dir::new();
+    let model = tiny_model(&dir);
     let out = bench(&model, &["--batch", "1,2", "--in-process", "--repeat", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -154,8 +158,8 @@ fn in_process_table_says_the_peak_is_process_wide() {
 
 #[test]
 fn scaling_times_every_thread_count_in_turn_and_compares_their_tokens() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let model = tiny_model(dir.path());
+    let dir = Dir::new();
+    let model = tiny_model(&dir);
     let out = bench(
         &model,
         &[
@@ -201,8 +205,8 @@ fn scaling_times_every_thread_count_in_turn_and_compares_their_tokens() {
 
 #[test]
 fn profile_counts_every_engine_operation_of_the_decode_steps() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let model = tiny_model(dir.path());
+    let dir = Dir::new();
+    let model = tiny_model(&dir);
     let out = bench(&model, &["--batch", "2", "--profile", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout)
@@ -256,23 +260,16 @@ fn profile_counts_every_engine_operation_of_the_decode_steps() {
 
 #[test]
 fn rejects_a_batch_size_of_zero() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let model = tiny_model(dir.path());
-    let out = bench(&model, &["--batch", "1,0"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("--batch"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(out.stdout.is_empty());
+    let dir = Dir::new();
+    let model = tiny_model(&dir);
+    bench_command(&model, &["--batch", "1,0"]).fails(2, "--batch");
 }
 
 #[test]
 fn rejects_an_engine_the_policy_refuses() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let model = tiny_model(dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let dir = Dir::new();
+    let model = tiny_model(&dir);
+    let out = TestCommand::new()
         .arg("bench")
         .arg("--model")
         .arg(&model)
@@ -281,8 +278,7 @@ fn rejects_an_engine_the_policy_refuses() {
         .arg("--policy")
         .arg(root().join("tests/engines/narrow-policy.json"))
         .args(["--batch", "1", "--prompt-len", "4", "--new-tokens", "3"])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run runner: {e}"));
+        .output();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty());
 }

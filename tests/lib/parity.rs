@@ -13,11 +13,9 @@ use runner::restrict::policy::Policy;
 use runner::restrict::{check, Value};
 use serde_json::Value as Json;
 
-const LOGIT_TOLERANCE: f32 = 1e-3;
+use crate::common::repo::root;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+const LOGIT_TOLERANCE: f32 = 1e-3;
 
 fn fixtures() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("tests/fixtures/models"))

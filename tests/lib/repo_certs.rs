@@ -2,26 +2,20 @@
 //! change to engines/ or policies/gemma3.json without re-approval fails here, printing the
 //! command that re-approves them.
 
-use std::path::PathBuf;
-
 use runner::model::digest::model_digest;
 use runner::primitives::digest::Digest;
 use runner::restrict::check;
 use runner::restrict::policy::Policy;
 use runner::trust::certificate::{Certificate, RestrictReport};
 
-const REAPPROVE: &str = "scripts/reapprove_repo.sh (then commit certs/)";
+use crate::common::repo::{fixture_model, root};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+const REAPPROVE: &str = "scripts/reapprove_repo.sh (then commit certs/)";
 
 #[test]
 fn shipped_certificates_match_the_shipped_engines_and_policy() {
     let policy = Policy::load(&root().join("policies/gemma3.json")).unwrap();
-    let model = model_digest(&root().join("tests/fixtures/models/tiny-270m"))
-        .unwrap()
-        .digest;
+    let model = model_digest(&fixture_model("tiny-270m")).unwrap().digest;
     for engine in ["gemma3", "gemma3_unrolled"] {
         let cert_path = root().join(format!("certs/{engine}.cert.json"));
         let cert = Certificate::parse(&std::fs::read(&cert_path).unwrap())

@@ -1,7 +1,7 @@
 //! An engine must run every layer of the checkpoint: one written out for a fixed number of
 //! layers is refused on a deeper checkpoint instead of quietly skipping the extra layers.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use runner::error::{Diagnose, Exit};
@@ -11,9 +11,7 @@ use runner::model::weights::Checkpoint;
 use runner::restrict::check;
 use runner::restrict::policy::Policy;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::repo::root;
 
 fn generator(engine: &str, dir: &Path) -> Generator {
     let path = root().join("engines").join(engine);

@@ -6,8 +6,8 @@ use runner::restrict::policy::Policy;
 use runner::restrict::{check, source_from_bytes, RestrictError};
 
 const SEEDS: &[&str] = &[
-    include_str!("engines/mlp.eng"),
-    include_str!("engines/leaky.eng"),
+    include_str!("../engines/mlp.eng"),
+    include_str!("../engines/leaky.eng"),
     "fn main(model, tokens, pos) {
     let x = embed(tokens, model.embed, model.embed_scale);
     // @private obfuscate

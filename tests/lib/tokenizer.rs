@@ -1,11 +1,12 @@
 //! The official Gemma 3 tokenizer, fetched by `scripts/fetch_tokenizer.sh` (run by the test
 //! script before `cargo test`). Missing tokenizer = failing test, with the fix in the message.
 
-use runner::model::tokenizer::{cached_tokenizer_path, Template, Tokenizer, Turn};
+use runner::model::tokenizer::{Template, Tokenizer, Turn};
+
+use crate::common::repo::{cached_tokenizer, root};
 
 fn tokenizer() -> Tokenizer {
-    let path = cached_tokenizer_path().expect("HOME or RUNNER_CACHE is set");
-    Tokenizer::load(&path).unwrap_or_else(|e| {
+    Tokenizer::load(&cached_tokenizer()).unwrap_or_else(|e| {
         panic!("{e}\nrun scripts/fetch_tokenizer.sh first (scripts/test.sh does it)")
     })
 }
@@ -66,8 +67,7 @@ fn decoding_round_trips_unicode_and_whitespace() {
 #[test]
 fn matches_every_recorded_hf_case() {
     let t = tokenizer();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/tokenizer_cases.json");
+    let path = root().join("tests/fixtures/tokenizer_cases.json");
     let cases: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array()

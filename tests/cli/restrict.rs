@@ -1,21 +1,18 @@
 //! `runner restrict` end to end: the report, the view written atomically, and refusals that
 //! print every violation, exit with the documented code and write nothing.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Output;
+
+use crate::common::repo::root;
+use crate::common::{Dir, TestCommand};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/engines")
-        .join(name)
+    root().join("tests/engines").join(name)
 }
 
 fn runner(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .arg("restrict")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run runner: {e}"))
+    TestCommand::new().arg("restrict").args(args).output()
 }
 
 fn text(b: &[u8]) -> String {
@@ -24,8 +21,8 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn prints_report_and_writes_view() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let view = dir.path().join("mlp.view");
+    let dir = Dir::new();
+    let view = dir.path("mlp.view");
     let engine = fixture("mlp.eng");
     let policy = fixture("narrow-policy.json");
     let out = runner(&[
@@ -79,7 +76,7 @@ fn prints_report_and_writes_view() {
         assert!(!v.contains(secret), "view shows {secret}:\n{v}");
     }
     // No temporary file left behind.
-    let names: Vec<_> = std::fs::read_dir(dir.path())
+    let names: Vec<_> = std::fs::read_dir(dir.root())
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert_eq!(names.len(), 1, "{names:?}");
@@ -110,8 +107,8 @@ fn prints_json_report() {
 
 #[test]
 fn rejects_violations_with_exit_3_listing_all_and_writes_nothing() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let view = dir.path().join("leaky.view");
+    let dir = Dir::new();
+    let view = dir.path("leaky.view");
     let out = runner(&[
         fixture("leaky.eng").as_os_str(),
         "--policy".as_ref(),
@@ -137,10 +134,10 @@ fn rejects_violations_with_exit_3_listing_all_and_writes_nothing() {
 
 #[test]
 fn rejects_syntax_errors_with_exit_2_and_caret() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let engine = dir.path().join("bad.eng");
+    let dir = Dir::new();
+    let engine = dir.path("bad.eng");
     std::fs::write(&engine, "fn main(x) {\n  return x +;\n}\n").unwrap_or_else(|e| panic!("{e}"));
-    let view = dir.path().join("bad.view");
+    let view = dir.path("bad.view");
     let out = runner(&[
         engine.as_os_str(),
         "--policy".as_ref(),
@@ -156,8 +153,8 @@ fn rejects_syntax_errors_with_exit_2_and_caret() {
 
 #[test]
 fn rejects_non_ascii_bytes_with_position() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let engine = dir.path().join("bad.eng");
+    let dir = Dir::new();
+    let engine = dir.path("bad.eng");
     std::fs::write(&engine, b"fn main(x) {\n  return \xd0\xb0;\n}\n")
         .unwrap_or_else(|e| panic!("{e}"));
     let out = runner(&[
@@ -180,8 +177,8 @@ fn rejects_non_ascii_bytes_with_position() {
 
 #[test]
 fn rejects_view_path_equal_to_engine() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let engine = dir.path().join("e.eng");
+    let dir = Dir::new();
+    let engine = dir.path("e.eng");
     let body = std::fs::read(fixture("mlp.eng")).unwrap_or_default();
     std::fs::write(&engine, &body).unwrap_or_else(|e| panic!("{e}"));
     let out = runner(&[

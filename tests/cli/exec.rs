@@ -3,319 +3,27 @@
 //! verify`; every refusal's exit code, message, hint, audit entry and the absence of any output;
 //! a run killed mid-way leaving nothing behind; and text prompts through the real tokenizer.
 
-mod common;
-
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use runner::model::config::ModelConfig;
 use runner::model::digest::model_digest;
 use runner::model::synthetic::SyntheticSpec;
-use runner::model::tokenizer::{cached_tokenizer_path, Tokenizer};
+use runner::model::tokenizer::Tokenizer;
 use runner::primitives::digest::Digest;
 use runner::trust::certificate::Certificate;
 use serde_json::Value;
 
-const FIXTURE: &str = "tests/fixtures/models/tiny-270m";
-
-/// The flags every exec here runs with: the state directory and trust file inside the tempdir.
-const EXEC: &[&str] = &[
-    "exec",
-    "--cert",
-    "cert.json",
-    "--trust",
-    "trust.toml",
-    "--state-dir",
-    "state",
-    "--quiet",
-    "job.toml",
-];
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    /// Two owner keys and a runner key, the shipped engine and policy, the tiny-270m fixture
-    /// as `model/`, a 2-of-2 trust file, a certificate both owners signed, the fixture's prompts
-    /// as `inputs.jsonl` and a job over them.
-    fn new() -> Env {
-        let env = Env::bare();
-        env.write_model_fixture();
-        env.approve_both("policies/gemma3.json", "cert.json", &[]);
-        env.write_inputs(&fixture_prompts());
-        env.write_job(2, 16, r#"["tokens"]"#);
-        env
-    }
-
-    /// Keys, engine, policy and trust file; no model, certificate, inputs or job.
-    fn bare() -> Env {
-        let env = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-        for d in ["keys", "engines", "policies"] {
-            fs::create_dir(env.path(d)).unwrap();
-        }
-        fs::copy(
-            repo.join("engines/gemma3.eng"),
-            env.path("engines/gemma3.eng"),
-        )
-        .unwrap();
-        fs::copy(
-            repo.join("policies/gemma3.json"),
-            env.path("policies/gemma3.json"),
-        )
-        .unwrap();
-        for k in ["owner-a", "owner-b", "runner"] {
-            env.keygen(k);
-        }
-        env.trust("");
-        env
-    }
-
-    fn write_model_fixture(&self) {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-        fs::create_dir(self.path("model")).unwrap();
-        for f in ["config.json", "model.safetensors"] {
-            fs::copy(repo.join(FIXTURE).join(f), self.path("model").join(f)).unwrap();
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn write(&self, name: &str, bytes: impl AsRef<[u8]>) {
-        fs::write(self.path(name), bytes).unwrap();
-    }
-
-    fn read(&self, name: &str) -> String {
-        fs::read_to_string(self.path(name)).unwrap()
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
-        cmd.args(args).current_dir(self.dir.path());
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        common::succeeded(args, self.run(args))
-    }
-
-    fn keygen(&self, name: &str) {
-        self.ok(&["keygen", "--out", &format!("keys/{name}.key")]);
-    }
-
-    /// trust.toml: owners a and b, both required, plus `extra` lines.
-    fn trust(&self, extra: &str) {
-        self.write(
-            "trust.toml",
-            format!(
-                "required_signatures = 2\n\
-                 owners = [\"keys/owner-a.key.pub\", \"keys/owner-b.key.pub\"]\n{extra}"
-            ),
-        );
-    }
-
-    /// `runner approve` of the engine and model under `policy`, signed by `key`.
-    fn approve(&self, policy: &str, key: &str, out: &str, extra: &[&str]) {
-        let key = format!("keys/{key}.key");
-        let mut args = vec![
-            "approve",
-            "--engine",
-            "engines/gemma3.eng",
-            "--policy",
-            policy,
-            "--model",
-            "model",
-            "--key",
-            &key,
-            "--out",
-            out,
-        ];
-        args.extend_from_slice(extra);
-        self.ok(&args);
-    }
-
-    fn cosign(&self, cert: &str, key: &str) {
-        self.ok(&["cosign", cert, "--key", &format!("keys/{key}.key")]);
-    }
-
-    /// Approved by owner a, cosigned by owner b.
-    fn approve_both(&self, policy: &str, out: &str, extra: &[&str]) {
-        self.approve(policy, "owner-a", out, extra);
-        self.cosign(out, "owner-b");
-    }
-
-    /// inputs.jsonl: one `{"id", "tokens"}` line per prompt, ids p0, p1, ...
-    fn write_inputs(&self, prompts: &[Vec<u32>]) {
-        let mut text = String::new();
-        for (i, p) in prompts.iter().enumerate() {
-            text.push_str(&serde_json::json!({"id": format!("p{i}"), "tokens": p}).to_string());
-            text.push('\n');
-        }
-        self.write("inputs.jsonl", text);
-    }
-
-    fn write_job(&self, batch_size: u32, max_new_tokens: u32, outputs: &str) {
-        self.write("job.toml", job_toml(batch_size, max_new_tokens, outputs));
-    }
-
-    /// EXEC with `--cert` replaced.
-    fn exec_with_cert(&self, cert: &'static str) -> Vec<&'static str> {
-        let mut args = EXEC.to_vec();
-        args[2] = cert;
-        args
-    }
-
-    /// Entries in the audit log (0 when there is none yet).
-    fn audit_entries(&self) -> u64 {
-        if !self.path("state/audit.jsonl").exists() {
-            return 0;
-        }
-        self.audit()["entries"].as_u64().unwrap()
-    }
-
-    /// `runner audit verify --json`: the chain is intact.
-    fn audit(&self) -> Value {
-        let out = self.ok(&["audit", "verify", "--state-dir", "state", "--json"]);
-        let v: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["intact"], true, "{v}");
-        v
-    }
-
-    /// Run `args`, expect exit `code`, a message containing every needle, a hint, nothing on
-    /// stdout, and one more audit entry: `refused`, its reason the message. Returns stderr.
-    fn refusal(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
-        let before = self.audit_entries();
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-        for needle in needles {
-            assert!(
-                stderr.contains(needle),
-                "{args:?}: expected {needle:?} in: {stderr}"
-            );
-        }
-        assert!(stderr.contains("\n  hint: "), "no hint in: {stderr}");
-        assert!(
-            out.stdout.is_empty(),
-            "{args:?} printed to stdout on failure"
-        );
-        let audit = self.audit();
-        assert_eq!(audit["entries"].as_u64().unwrap(), before + 1, "{audit}");
-        let last = &audit["last"];
-        assert_eq!(last["outcome"], "refused", "{last}");
-        let reason = last["reason"].as_str().unwrap();
-        // The reason is the message as printed (which may span lines), without the hint.
-        let message = stderr
-            .strip_prefix("error: ")
-            .and_then(|s| s.split("\n  hint: ").next());
-        assert_eq!(Some(reason), message, "{last}");
-        assert!(last["output_digests"].as_array().unwrap().is_empty());
-        stderr
-    }
-
-    /// [`Env::refusal`], and the job wrote nothing: `out/` does not exist.
-    fn refused(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
-        let stderr = self.refusal(args, code, needles);
-        assert!(!self.path("out").exists(), "out/ was written: {stderr}");
-        stderr
-    }
-
-    /// A copy of the shipped policy with small limits and only token output, approved by both
-    /// owners as `cert-small.json`.
-    fn small_policy(&self) {
-        let mut policy: Value = serde_json::from_str(&self.read("policies/gemma3.json")).unwrap();
-        policy["name"] = "gemma3-small".into();
-        policy["limits"] = serde_json::json!({
-            "max_batch": 2, "max_new_tokens": 8, "max_prompt_tokens": 8, "max_inputs": 3
-        });
-        policy["outputs"] = serde_json::json!(["tokens"]);
-        self.write(
-            "policies/small.json",
-            serde_json::to_vec_pretty(&policy).unwrap(),
-        );
-        self.approve_both("policies/small.json", "cert-small.json", &[]);
-    }
-
-    /// `runner verify` of out/receipt.json against `cert`, as JSON.
-    fn verify_receipt(&self, cert: &str) -> Value {
-        let out = self.ok(&[
-            "verify",
-            "out/receipt.json",
-            "--cert",
-            cert,
-            "--runner-key",
-            "keys/runner.key.pub",
-            "--json",
-        ]);
-        serde_json::from_str(&out).unwrap()
-    }
-
-    /// outputs.jsonl, one JSON object per line.
-    fn outputs(&self) -> Vec<Value> {
-        self.read("out/outputs.jsonl")
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-fn job_toml(batch_size: u32, max_new_tokens: u32, outputs: &str) -> String {
-    format!(
-        "engine = \"engines/gemma3.eng\"\n\
-         model = \"model\"\n\
-         inputs = \"inputs.jsonl\"\n\
-         output_dir = \"out\"\n\
-         runner_key = \"keys/runner.key\"\n\
-         \n\
-         [generation]\n\
-         batch_size = {batch_size}\n\
-         max_new_tokens = {max_new_tokens}\n\
-         outputs = {outputs}\n"
-    )
-}
-
-fn expected_json() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(FIXTURE)
-        .join("expected.json");
-    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|t| u32::try_from(t.as_u64().unwrap()).unwrap())
-        .collect()
-}
-
-/// The fixture's prompts (token ids), as recorded with the HF reference outputs.
-fn fixture_prompts() -> Vec<Vec<u32>> {
-    expected_json()["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(ids)
-        .collect()
-}
+use crate::common::repo::{cached_tokenizer, root};
+use crate::common::{expected_json, ids, job_toml, Env, EXEC};
 
 // ---- the whole flow ----
 
 #[test]
 fn exec_runs_an_approved_job_and_its_receipt_verifies() {
-    let env = Env::new();
+    let env = Env::approved_job();
     let out = env.ok(EXEC);
     assert!(out.contains("ran 4 inputs"), "{out}");
     assert!(
@@ -394,7 +102,7 @@ fn exec_runs_an_approved_job_and_its_receipt_verifies() {
 
 #[test]
 fn shipped_examples_parse() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = root();
     let job = runner::job::spec::JobSpec::load(&repo.join("examples/job.toml")).unwrap();
     assert_eq!(job.generation.batch_size, 8);
     let inputs = runner::job::inputs::read_inputs(&repo.join("examples/inputs.jsonl")).unwrap();
@@ -405,7 +113,7 @@ fn shipped_examples_parse() {
 
 #[test]
 fn rejects_engine_edited_after_approval() {
-    let env = Env::new();
+    let env = Env::approved_job();
     let approved = Certificate::load(&env.path("cert.json"))
         .unwrap()
         .payload()
@@ -429,7 +137,7 @@ fn rejects_engine_edited_after_approval() {
 
 #[test]
 fn rejects_changed_model_weights() {
-    let env = Env::new();
+    let env = Env::approved_job();
     let approved = Certificate::load(&env.path("cert.json"))
         .unwrap()
         .payload()
@@ -461,8 +169,8 @@ fn rejects_changed_model_weights() {
 
 #[test]
 fn rejects_certificate_below_the_signature_threshold() {
-    let env = Env::new();
-    env.approve("policies/gemma3.json", "owner-a", "one.json", &[]);
+    let env = Env::approved_job();
+    env.approve("owner-a", "one.json", &[]);
     env.refused(
         &env.exec_with_cert("one.json"),
         3,
@@ -475,10 +183,10 @@ fn rejects_certificate_below_the_signature_threshold() {
 
 #[test]
 fn rejects_certificate_signed_by_untrusted_keys() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.keygen("stranger");
     env.keygen("stranger-2");
-    env.approve("policies/gemma3.json", "stranger", "strangers.json", &[]);
+    env.approve("stranger", "strangers.json", &[]);
     env.cosign("strangers.json", "stranger-2");
     let stranger = runner::primitives::keys::SecretKey::load(&env.path("keys/stranger.key"))
         .unwrap()
@@ -496,9 +204,9 @@ fn rejects_certificate_signed_by_untrusted_keys() {
 
 #[test]
 fn rejects_revoked_certificate() {
-    let env = Env::new();
+    let env = Env::approved_job();
     let digest = Certificate::load(&env.path("cert.json")).unwrap().digest();
-    env.trust(&format!("revoked = [\"{}\"]\n", digest.to_hex()));
+    env.trust(2, &["owner-a", "owner-b"], &[digest.to_hex()]);
     env.refused(
         EXEC,
         3,
@@ -518,9 +226,8 @@ fn rejects_revoked_certificate() {
 
 #[test]
 fn rejects_expired_certificate() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.approve_both(
-        "policies/gemma3.json",
         "old.json",
         &[
             "--valid-from",
@@ -541,9 +248,8 @@ fn rejects_expired_certificate() {
 
 #[test]
 fn rejects_certificate_not_yet_valid() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.approve_both(
-        "policies/gemma3.json",
         "future.json",
         &[
             "--valid-from",
@@ -571,7 +277,7 @@ fn small_inputs() -> Vec<Vec<u32>> {
 #[test]
 fn job_exactly_at_the_policy_limits_runs() {
     // The control for the limit refusals below: every limit is inclusive.
-    let env = Env::new();
+    let env = Env::approved_job();
     env.small_policy();
     env.write_inputs(&small_inputs());
     env.write_job(2, 8, r#"["tokens"]"#);
@@ -582,7 +288,7 @@ fn job_exactly_at_the_policy_limits_runs() {
 
 #[test]
 fn rejects_batch_size_above_policy() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.small_policy();
     env.write_inputs(&small_inputs());
     env.write_job(3, 8, r#"["tokens"]"#);
@@ -598,7 +304,7 @@ fn rejects_batch_size_above_policy() {
 
 #[test]
 fn rejects_max_new_tokens_above_policy() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.small_policy();
     env.write_inputs(&small_inputs());
     env.write_job(2, 9, r#"["tokens"]"#);
@@ -611,7 +317,7 @@ fn rejects_max_new_tokens_above_policy() {
 
 #[test]
 fn rejects_more_inputs_than_policy() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.small_policy();
     let mut inputs = small_inputs();
     inputs.push(vec![2, 7]);
@@ -626,7 +332,7 @@ fn rejects_more_inputs_than_policy() {
 
 #[test]
 fn rejects_prompt_longer_than_policy() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.small_policy();
     let mut inputs = small_inputs();
     inputs[1].push(9);
@@ -641,7 +347,7 @@ fn rejects_prompt_longer_than_policy() {
 
 #[test]
 fn rejects_output_kind_the_policy_does_not_allow() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.small_policy();
     env.write_inputs(&small_inputs());
     env.write_job(2, 8, r#"["tokens", "text"]"#);
@@ -654,7 +360,7 @@ fn rejects_output_kind_the_policy_does_not_allow() {
 
 #[test]
 fn rejects_malformed_inputs_line() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.write(
         "inputs.jsonl",
         "{\"id\":\"a\",\"tokens\":[2,5,9]}\n{\"id\":\"b\",\"prompt\":\"confidential words\"\n",
@@ -677,7 +383,7 @@ fn rejects_malformed_inputs_line() {
 fn rejects_token_outside_the_model_vocabulary() {
     // The fixture's vocabulary is 512 ids; the bad id is in the last batch, and is refused
     // before the first batch runs.
-    let env = Env::new();
+    let env = Env::approved_job();
     env.write_inputs(&[vec![2, 5], vec![2, 7], vec![2, 9, 512]]);
     env.refused(
         EXEC,
@@ -691,7 +397,7 @@ fn rejects_token_outside_the_model_vocabulary() {
 
 #[test]
 fn rejects_unknown_key_in_job_file() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.write(
         "job.toml",
         format!("colour = \"red\"\n{}", job_toml(2, 8, r#"["tokens"]"#)),
@@ -714,7 +420,7 @@ fn rejects_unknown_key_in_job_file() {
 
 #[test]
 fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
-    let env = Env::new();
+    let env = Env::approved_job();
     fs::create_dir(env.path("out")).unwrap();
     env.write("out/results.jsonl", b"earlier results\n");
     env.refusal(
@@ -746,7 +452,7 @@ fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
 
 #[test]
 fn rejects_missing_certificate_engine_or_runner_key() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.refused(
         &env.exec_with_cert("nothing.json"),
         2,
@@ -769,15 +475,11 @@ fn rejects_missing_certificate_engine_or_runner_key() {
 
 #[test]
 fn rejects_text_prompt_without_a_tokenizer() {
-    let env = Env::new();
+    let env = Env::approved_job();
     env.write("inputs.jsonl", "{\"id\":\"q\",\"prompt\":\"Hello\"}\n");
     let empty_cache = env.path("no-cache");
     let before = env.audit_entries();
-    let out = env
-        .command(EXEC)
-        .env("RUNNER_CACHE", &empty_cache)
-        .output()
-        .unwrap();
+    let out = env.command(EXEC).env("RUNNER_CACHE", &empty_cache).output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("the job needs a tokenizer"), "{stderr}");
@@ -789,8 +491,8 @@ fn rejects_text_prompt_without_a_tokenizer() {
 
 #[test]
 fn rejects_chat_turn_with_unknown_role() {
-    require_tokenizer();
-    let env = Env::new();
+    cached_tokenizer();
+    let env = Env::approved_job();
     env.write(
         "inputs.jsonl",
         "{\"id\":\"ok\",\"tokens\":[2,5]}\n\
@@ -812,7 +514,7 @@ fn rejects_chat_turn_with_unknown_role() {
 fn rejects_unapproved_tokenizer_file() {
     // A tokenizer outside the model directory is not bound by the certificate, so only the
     // official Gemma 3 file is accepted.
-    let env = Env::new();
+    let env = Env::approved_job();
     env.write("inputs.jsonl", "{\"id\":\"q\",\"prompt\":\"Hello\"}\n");
     env.write("other-tokenizer.json", b"{\"model\": {}}");
     env.write(
@@ -846,7 +548,7 @@ fn many_prompts(n: usize) -> Vec<Vec<u32>> {
 
 #[test]
 fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
-    let env = Env::new();
+    let env = Env::approved_job();
     // How long a run takes that has almost nothing to generate: admission, startup, publish.
     env.write_inputs(&many_prompts(1));
     env.write_job(1, 1, r#"["tokens"]"#);
@@ -867,6 +569,7 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
         env.write_inputs(&many_prompts(n));
         let mut child = env
             .command(EXEC)
+            .cmd()
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -922,7 +625,7 @@ fn a_model_written_during_the_run_signs_nothing() {
     use runner::model::files::FileError;
     use std::os::unix::fs::FileExt;
 
-    let env = Env::new();
+    let env = Env::approved_job();
     let trust = runner::trust::config::TrustConfig::load(&env.path("trust.toml")).unwrap();
     let (cert, job) = (env.path("cert.json"), env.path("job.toml"));
     let request = Request {
@@ -962,22 +665,10 @@ fn a_model_written_during_the_run_signs_nothing() {
 
 // ---- text prompts through the real tokenizer ----
 
-/// The cached official tokenizer; its absence fails the test (the suite expects it).
-fn require_tokenizer() -> PathBuf {
-    let cached = cached_tokenizer_path().expect("HOME or RUNNER_CACHE must be set");
-    assert!(
-        cached.exists(),
-        "the Gemma 3 tokenizer is not cached at {}: run scripts/fetch_tokenizer.sh \
-         (scripts/test.sh does this before the suite)",
-        cached.display()
-    );
-    cached
-}
-
 #[test]
 fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
-    let cached = require_tokenizer();
-    let env = Env::bare();
+    let cached = cached_tokenizer();
+    let env = Env::bare_job();
     // A model with the tokenizer's vocabulary: 262144 x 64 bf16 embeddings, ~33 MB.
     SyntheticSpec {
         vocab_size: 262_144,
@@ -989,7 +680,7 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
         .unwrap()
         .len();
     assert!(size < 40 << 20, "synthetic model is {size} bytes");
-    env.approve_both("policies/gemma3.json", "cert.json", &[]);
+    env.approve_both("cert.json", &[]);
     env.write(
         "inputs.jsonl",
         "{\"id\":\"plain\",\"prompt\":\"Hello, my dog is cute\"}\n\
@@ -1022,20 +713,15 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
 fn exec_refuses_an_engine_that_skips_layers_of_the_checkpoint() {
     // The owners approved the six-layer unrolled engine with an eight-layer model: it would
     // run, skip layers 6 and 7, and sign wrong tokens. The runner refuses after the first step.
-    let env = Env::bare();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    fs::copy(
-        repo.join("engines/gemma3_unrolled.eng"),
-        env.path("engines/gemma3.eng"),
-    )
-    .unwrap();
+    let env = Env::bare_job();
+    env.install_engine("gemma3_unrolled.eng");
     SyntheticSpec {
         num_layers: 8,
         ..SyntheticSpec::tiny()
     }
     .write(&env.path("model"), 5)
     .unwrap();
-    env.approve_both("policies/gemma3.json", "cert.json", &[]);
+    env.approve_both("cert.json", &[]);
     env.write_inputs(&[vec![2, 17, 40], vec![2, 9]]);
     env.write_job(2, 4, r#"["tokens"]"#);
     env.refused(

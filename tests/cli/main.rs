@@ -1,0 +1,14 @@
+//! Tests that run the `runner` binary, one file per command family, linked into one test
+//! binary. The harness they share is `tests/common` ([`common::Env`], [`common::Dir`],
+//! [`common::TestCommand`]).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod audit;
+mod bench;
+mod exec;
+mod reapproval;
+mod receipt;
+mod restrict;
+mod trust;

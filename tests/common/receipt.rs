@@ -1,0 +1,92 @@
+//! Receipts in an [`Env`]: one the library signs, its Statement, and `runner verify`.
+
+use runner::model::tokenizer::Template;
+use runner::primitives::digest::Digest;
+use runner::primitives::time::Timestamp;
+use runner::restrict::policy::OutputKind;
+use runner::trust::certificate::Certificate;
+use runner::trust::generation::Generation;
+use runner::trust::receipt::{
+    sign_receipt, FinishReasons, RunCounts, RunFacts, RunnerIdentity, RECEIPT_PAYLOAD_TYPE,
+};
+use serde_json::Value;
+
+use super::env::Env;
+
+/// The outputs.jsonl of [`Env::with_receipt`].
+pub const RECEIPT_OUTPUTS: &[u8] = b"{\"id\":\"q1\",\"text\":\"Paris\",\"tokens\":[12,1]}\n";
+
+impl Env {
+    /// out/outputs.jsonl ([`RECEIPT_OUTPUTS`]) and out/receipt.json, signed by the runner key
+    /// over [`Env::receipt_facts`].
+    pub(super) fn write_receipt(&self) {
+        self.write("out/outputs.jsonl", RECEIPT_OUTPUTS);
+        let receipt = sign_receipt(
+            &self.receipt_facts(),
+            &[("outputs.jsonl", RECEIPT_OUTPUTS)],
+            &self.key("runner"),
+        )
+        .unwrap();
+        self.write("out/receipt.json", receipt);
+    }
+
+    /// The facts of a made-up run under `cert.json`.
+    pub fn receipt_facts(&self) -> RunFacts {
+        let cert = Certificate::load(&self.path("cert.json")).unwrap();
+        let p = cert.payload();
+        RunFacts {
+            certificate_digest: cert.digest(),
+            engine_digest: p.engine.source_digest,
+            policy_id: p.policy_id,
+            model_digest: p.model_digest,
+            job_digest: Digest::of(b"job.toml bytes"),
+            inputs_digest: Digest::of(b"inputs bytes"),
+            generation: Generation {
+                batch_size: 4,
+                max_new_tokens: 16,
+                template: Template::Chat,
+                outputs: vec![OutputKind::Text, OutputKind::Tokens],
+            },
+            runner: RunnerIdentity {
+                version: "0.1.0".into(),
+                executable_digest: Digest::of(b"runner binary"),
+            },
+            started_at: Timestamp::parse_canonical("2026-11-02T10:00:00Z").unwrap(),
+            finished_at: Timestamp::parse_canonical("2026-11-02T10:00:05Z").unwrap(),
+            counts: RunCounts {
+                inputs: 1,
+                generated_tokens: 2,
+                finish_reasons: FinishReasons { stop: 1, length: 0 },
+            },
+        }
+    }
+
+    /// A receipt whose Statement is `payload`, signed by the runner key, written to out/.
+    pub fn write_signed_statement(&self, payload: &[u8]) {
+        self.write_signed(
+            "out/receipt.json",
+            RECEIPT_PAYLOAD_TYPE,
+            payload,
+            &["runner"],
+        );
+    }
+
+    /// The Statement out/receipt.json signs.
+    pub fn statement(&self) -> Value {
+        serde_json::from_slice(&self.envelope("out/receipt.json").payload).unwrap()
+    }
+
+    /// `runner verify` of out/receipt.json against `cert`, as JSON.
+    pub fn verify_receipt(&self, cert: &str) -> Value {
+        let out = self.ok(&[
+            "verify",
+            "out/receipt.json",
+            "--cert",
+            cert,
+            "--runner-key",
+            "keys/runner.key.pub",
+            "--json",
+        ]);
+        serde_json::from_str(&out).unwrap()
+    }
+}
