@@ -6,8 +6,9 @@
 //! asleep in such a gap costs the next call a wake-up, and in a VM a wake-up is an
 //! inter-processor interrupt through the hypervisor, tens of microseconds: enough that a
 //! small parallel call ran slower on two threads than on one, paid about 180 times per
-//! batch-1 decode step of the 1b model (docs/performance.md, "Threads"). Here workers spin for [`SPIN`] after each job before they
-//! park, and the caller spins (not sleeps) until its helpers are done.
+//! batch-1 decode step of the 1b model (docs/performance.md, "What changed the numbers"). Here
+//! workers spin for [`SPIN`] after each job before they park, and the caller spins (not
+//! sleeps) until its helpers are done.
 //!
 //! One caller at a time: a thread that finds the pool in use runs its job alone, which gives
 //! the same results (jobs split only independent outputs) and cannot deadlock.

@@ -70,8 +70,8 @@ pub(crate) struct Screen {
 }
 
 /// The quantised values: an anonymous map asking for huge pages (a single stream reads faster
-/// through them than through 4 KiB pages; docs/performance.md, "Huge pages"), or the heap where
-/// that is not available.
+/// through them than through 4 KiB pages; docs/performance.md, "What changed the numbers"), or
+/// the heap where that is not available.
 enum Storage {
     Map(memmap2::MmapMut),
     Heap(Vec<u8>),

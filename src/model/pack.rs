@@ -2,9 +2,9 @@
 //! for huge pages.
 //!
 //! At small batches a step streams every layer weight from memory once, and through the 4 KiB
-//! pages of a file mapping that stream is markedly slower than through 2 MiB pages (the figures
-//! are in docs/performance.md, "Huge pages"). File-backed huge pages are not generally available, so the bytes are copied, unchanged, in
-//! their stored dtype, and each tensor's file pages are handed back as soon as it is copied: the
+//! pages of a file mapping that stream is markedly slower than through 2 MiB pages (figures in
+//! docs/performance.md, "What changed the numbers"). File-backed huge pages are not generally
+//! available, so the bytes are copied, unchanged, in their stored dtype, and each tensor's file pages are handed back as soon as it is copied: the
 //! resident set is the same as with the mapping, and no more than one tensor larger at any time.
 //!
 //! The embedding table stays mapped: a step reads only the rows of its tokens, and at batch 1

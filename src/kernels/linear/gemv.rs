@@ -9,7 +9,8 @@
 //! (the hardware prefetcher gives up at every 4 KiB page of the mapped file). So while a block
 //! of rows is read, the next block's bytes are prefetched in address order, a fixed share per
 //! step: one sequential stream one block ahead, measurably faster than a prefetch a fixed
-//! distance ahead in each row or a plain read loop (docs/performance.md, "Batch 1").
+//! distance ahead in each row or a plain read loop (docs/performance.md, "What changed the
+//! numbers").
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
