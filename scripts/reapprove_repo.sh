@@ -14,6 +14,8 @@ EXPIRES=2036-01-01T00:00:00Z
 if [ ! -f certs/demo-owner.key ]; then
     "$RUNNER" keygen --out certs/demo-owner.key
 fi
+# git does not keep the 0600 mode keygen wrote, and the runner refuses a key others can read.
+chmod 600 certs/demo-owner.key
 for engine in gemma3 gemma3_unrolled; do
     "$RUNNER" approve --engine "engines/$engine.eng" --policy policies/gemma3.json \
         --model "$MODEL" --key certs/demo-owner.key --out "certs/$engine.cert.json" \

@@ -22,7 +22,7 @@ enum AuditCommand {
 /// Flags of `runner audit verify`.
 #[derive(Debug, clap::Args)]
 struct AuditVerifyArgs {
-    /// The runner's state directory (default: $RUNNER_STATE_DIR, else ./.runner-state).
+    /// The runner's state directory (default: $RUNNER_STATE_DIR, else /var/lib/runner).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Print the result as JSON.
@@ -48,6 +48,7 @@ fn verify(args: AuditVerifyArgs) -> CliResult {
             "entries": summary.entries,
             "last_digest": last_digest,
             "last": summary.last,
+            "unfinished": summary.unfinished.iter().map(|(seq, attempt)| serde_json::json!({"seq": seq, "attempt": attempt})).collect::<Vec<_>>(),
         });
         return print(&format!("{doc:#}\n"));
     }
@@ -64,6 +65,18 @@ fn verify(args: AuditVerifyArgs) -> CliResult {
             last.time,
             last.outcome.as_str(),
         ));
+    }
+    if summary.unfinished.is_empty() {
+        out.push_str("unfinished   none (every admitted attempt was closed)\n");
+    } else {
+        out.push_str(&format!(
+            "unfinished   {} admitted attempt(s) never closed (the process was killed, the \
+             machine stopped, or it is still running):\n",
+            summary.unfinished.len()
+        ));
+        for (seq, attempt) in &summary.unfinished {
+            out.push_str(&format!("  seq {seq}, attempt {attempt}\n"));
+        }
     }
     print(&out)
 }

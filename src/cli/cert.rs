@@ -9,6 +9,7 @@ use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::model_digest;
 use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
+use crate::primitives::digest::Digest;
 use crate::primitives::keys::SecretKey;
 use crate::primitives::time::Timestamp;
 use crate::restrict::check_bytes;
@@ -18,7 +19,7 @@ use crate::trust::certificate::{
     CertificatePayload, EngineFacts, Terms,
 };
 use crate::trust::config::{TrustConfig, DEFAULT_TRUST_FILE};
-use crate::trust::verify::{verify_certificate, VerifiedCertificate};
+use crate::trust::verify::{check_existing_signatures, verify_certificate, VerifiedCertificate};
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {
     Timestamp::parse_user(text).map_err(|e| e.to_string())
@@ -48,9 +49,14 @@ pub struct ApproveArgs {
     /// Start of validity, RFC 3339 (default: now).
     #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
     valid_from: Option<Timestamp>,
-    /// The certificate this one replaces (its digest is bound; revoke it in trust.toml).
+    /// The certificate this one replaces: its digest is bound, the lineage is carried over and
+    /// the version is the old one's plus one (revoke the old one in trust.toml too).
     #[arg(long, value_name = "FILE")]
     supersedes: Option<PathBuf>,
+    /// The lineage this certificate starts (default: the engine's name). A runner refuses any
+    /// certificate whose version is below the highest it has admitted for the lineage.
+    #[arg(long, value_name = "NAME")]
+    lineage: Option<String>,
     /// One line of text for the other owners.
     #[arg(long, value_name = "TEXT")]
     note: Option<String>,
@@ -71,6 +77,10 @@ pub struct CosignArgs {
     /// Write the co-signed certificate here instead of rewriting CERT in place.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Trust configuration listing the owners whose signatures are already on CERT: each must
+    /// verify before yours is added.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TRUST_FILE)]
+    trust: PathBuf,
     /// Replace an existing --out file.
     #[arg(long)]
     force: bool,
@@ -154,10 +164,7 @@ pub fn approve(args: ApproveArgs) -> CliResult {
     let source = EngineFacts::read_source(&args.engine)?;
     let checked = check_bytes(&source, &args.engine.display().to_string(), &policy)?;
     let engine = EngineFacts::from_checked(&args.engine, &checked)?;
-    let supersedes = match &args.supersedes {
-        Some(path) => Some(load_certificate(path)?.digest()),
-        None => None,
-    };
+    let (supersedes, lineage, version) = lineage_of(&args, &engine)?;
     // Check the window and note now: hashing the model may take a while.
     let issued_at = Timestamp::now();
     resolve_window(issued_at, args.valid_from, args.expires)?;
@@ -174,6 +181,8 @@ pub fn approve(args: ApproveArgs) -> CliResult {
             valid_from: args.valid_from,
             expires_at: args.expires,
             supersedes,
+            lineage,
+            version,
             note: args.note,
         },
     )?;
@@ -186,7 +195,7 @@ pub fn approve(args: ApproveArgs) -> CliResult {
     print(&format!(
         "wrote {}: certificate {} signed by key {}\n\
          engine {} (source {}), policy {} (policy_id {}), model {} ({} files)\n\
-         valid from {} until {}\n",
+         lineage {} version {}; valid from {} until {}\n",
         args.out.display(),
         cert.digest().short(),
         key.key_id().short(),
@@ -196,9 +205,66 @@ pub fn approve(args: ApproveArgs) -> CliResult {
         p.policy_id.short(),
         p.model_digest.short(),
         model.files.len(),
+        p.lineage,
+        p.version,
         p.valid_from,
         p.expires_at,
     ))
+}
+
+/// The replaced certificate's digest, and the lineage and version of the new one.
+fn lineage_of(
+    args: &ApproveArgs,
+    engine: &EngineFacts,
+) -> Result<(Option<Digest>, String, u64), super::CliError> {
+    let Some(path) = &args.supersedes else {
+        let lineage = args.lineage.clone().unwrap_or_else(|| engine.name.clone());
+        return Ok((None, lineage, 1));
+    };
+    let old = load_certificate(path)?;
+    let p = old.payload();
+    if let Some(asked) = &args.lineage {
+        if *asked != p.lineage {
+            return Err(ApproveError::LineageMismatch {
+                asked: asked.clone(),
+                old: p.lineage.clone(),
+                path: path.clone(),
+            }
+            .into());
+        }
+    }
+    let version = p
+        .version
+        .checked_add(1)
+        .ok_or_else(|| ApproveError::VersionOverflow { path: path.clone() })?;
+    Ok((Some(old.digest()), p.lineage.clone(), version))
+}
+
+/// Why `approve` refused its flags.
+#[derive(Debug, thiserror::Error)]
+enum ApproveError {
+    #[error("--lineage {asked} differs from the lineage {old} of the certificate --supersedes {} replaces", path.display())]
+    LineageMismatch {
+        asked: String,
+        old: String,
+        path: PathBuf,
+    },
+    #[error("the certificate {} has the largest version there is", path.display())]
+    VersionOverflow { path: PathBuf },
+}
+
+impl Diagnose for ApproveError {
+    fn exit(&self) -> Exit {
+        Exit::BadInput
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            ApproveError::LineageMismatch { .. } => {
+                "a replacement stays in its lineage: leave out --lineage with --supersedes".into()
+            }
+            ApproveError::VersionOverflow { .. } => "start a new lineage with --lineage".into(),
+        })
+    }
 }
 
 /// Add a signature over the same payload bytes.
@@ -211,6 +277,8 @@ pub fn cosign(args: CosignArgs) -> CliResult {
         None => (args.cert.clone(), Overwrite::Replace),
     };
     let mut cert = load_certificate(&args.cert)?;
+    let trust = TrustConfig::load(&args.trust)?;
+    check_existing_signatures(cert.envelope(), &trust).map_err(in_file(&args.cert))?;
     let key = SecretKey::load(&args.key)?;
     cert.cosign(&key).map_err(in_file(&args.cert))?;
     write_atomic(&out, &cert.to_bytes(), 0o644, mode)?;
@@ -292,6 +360,10 @@ pub fn inspect(args: InspectArgs) -> CliResult {
         "valid         from {} until {} ({state})\n",
         p.valid_from, p.expires_at
     ));
+    out.push_str(&format!(
+        "lineage       {} version {}\n",
+        p.lineage, p.version
+    ));
     match &p.supersedes {
         None => out.push_str("supersedes    none\n"),
         Some(d) => out.push_str(&format!("supersedes    {}\n", d.to_hex())),
@@ -325,6 +397,7 @@ fn summary(v: &VerifiedCertificate, required: usize) -> String {
          policy      {} (policy_id {})\n\
          model       {}\n\
          verifier    {}\n\
+         lineage     {} version {}\n\
          valid       from {} until {}\n",
         p.engine.name,
         p.engine.source_digest.short(),
@@ -332,6 +405,8 @@ fn summary(v: &VerifiedCertificate, required: usize) -> String {
         p.policy_id.short(),
         p.model_digest.short(),
         p.verifier_version,
+        p.lineage,
+        p.version,
         p.valid_from,
         p.expires_at,
     ));

@@ -7,21 +7,21 @@ use std::path::{Path, PathBuf};
 
 use super::{print, CliError, CliResult};
 use crate::error::{Diagnose, Exit};
-use crate::job::admit::{admit, Request};
-use crate::job::audit::{AuditLog, AuditRecord, Outcome};
-use crate::job::run::{run, RunResult, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::exec::ExecRequest;
+use crate::job::run::{RunResult, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::state::StateDir;
 use crate::model::digest::model_digest;
 use crate::model::synthetic::SyntheticSpec;
 use crate::model::tokenizer::cached_tokenizer_path;
 use crate::primitives::atomic_file::Overwrite;
 use crate::primitives::digest::Digest;
-use crate::primitives::keys::{write_key_pair, SecretKey};
+use crate::primitives::keys::{write_key_pair, PublicKey, SecretKey};
 use crate::primitives::time::Timestamp;
 use crate::restrict::policy::Policy;
 use crate::restrict::{check, Checked};
 use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
-use crate::trust::receipt::{subjects_of, verify_receipt};
+use crate::trust::receipt::verify_receipt;
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
 const POLICY: &str = include_str!("../../policies/gemma3.json");
@@ -94,22 +94,26 @@ pub fn demo(args: DemoArgs) -> CliResult {
         dir.display()
     ))?;
     let keys = make_keys(&dir)?;
-    let trust = make_trust(&dir)?;
+    make_trust(&dir)?;
     let model = make_model(&dir)?;
     let (policy, checked) = check_engine(&dir)?;
     let cert = approve(&dir, &keys.owner, policy, &checked, &model)?;
     write_job(&dir, model.tokenizer)?;
-    let log = AuditLog::open(&dir.join("state"));
-    let request = Request {
-        cert: &dir.join("cert.json"),
-        job: &dir.join("job.toml"),
-        trust: &trust,
-        superseded: &[],
+    let (cert_path, job_path, trust_path) = (
+        dir.join("cert.json"),
+        dir.join("job.toml"),
+        dir.join("trust.toml"),
+    );
+    let request = ExecRequest {
+        cert: &cert_path,
+        job: &job_path,
+        trust: &trust_path,
+        state: &keys.state,
         now: time::OffsetDateTime::now_utc(),
     };
-    let result = exec(&request, &keys.runner, &log)?;
+    let result = exec(&request)?;
     verify(&dir, &result, &cert, &keys.runner)?;
-    guard(&dir, &request, &log)?;
+    guard(&dir, &request)?;
     print(&format!(
         "\ndone in {:.1} s; everything is in {} (audit log in state/audit.jsonl)\n",
         started.elapsed().as_secs_f64(),
@@ -119,21 +123,27 @@ pub fn demo(args: DemoArgs) -> CliResult {
 
 struct Keys {
     owner: SecretKey,
-    runner: SecretKey,
+    /// The runner's public key, from its state directory.
+    runner: PublicKey,
+    state: StateDir,
 }
 
-/// 1. An owner's key and the runner's.
+/// 1. An owner's key, and the runner's state directory with its own key (`runner init`).
 fn make_keys(dir: &Path) -> Result<Keys, CliError> {
     let owner = SecretKey::generate()?;
-    let runner = SecretKey::generate()?;
     write_key_pair(&owner, &dir.join("keys/owner.key"), Overwrite::Refuse)?;
-    write_key_pair(&runner, &dir.join("keys/runner.key"), Overwrite::Refuse)?;
+    let (state, runner) = StateDir::init(&dir.join("state"))?;
     print(&format!(
-        "1. keys        owner {} and runner {} (private keys mode 0600 in keys/)\n",
+        "1. keys        owner {} (keys/owner.key, mode 0600); runner {} (`runner init`: \
+         state/, mode 0700)\n",
         owner.key_id().short(),
         runner.key_id().short()
     ))?;
-    Ok(Keys { owner, runner })
+    Ok(Keys {
+        owner,
+        runner,
+        state,
+    })
 }
 
 /// 2. The operator's trust configuration.
@@ -228,6 +238,8 @@ fn approve(
             valid_from: None,
             expires_at: None,
             supersedes: None,
+            lineage: "gemma3".into(),
+            version: 1,
             note: Some("demo approval".into()),
         },
     )?;
@@ -261,23 +273,20 @@ fn write_job(dir: &Path, text: bool) -> Result<(), CliError> {
         &dir.join("job.toml"),
         format!(
             "engine = \"engines/gemma3.eng\"\nmodel = \"model\"\ninputs = \"inputs.jsonl\"\n\
-             output_dir = \"out\"\nrunner_key = \"keys/runner.key\"\n\n[generation]\n\
+             output_dir = \"out\"\n\n[generation]\n\
              batch_size = 3\nmax_new_tokens = 12\ntemplate = \"chat\"\noutputs = {outputs}\n"
         ),
     )?;
     print("6. job         job.toml: 3 private prompts, batch 3, 12 new tokens each\n")
 }
 
-/// 7. exec: the trusted boundary, then the run.
-fn exec(request: &Request<'_>, runner: &SecretKey, log: &AuditLog) -> Result<RunResult, CliError> {
-    let admitted = admit(request)?;
+/// 7. exec: the audit log, the trusted boundary, then the run.
+fn exec(request: &ExecRequest<'_>) -> Result<RunResult, CliError> {
+    let result = crate::job::exec::exec(request, &mut |_| {})?;
     print(
-        "7. exec        verified: signatures and threshold, validity, engine digest, policy_id, \
-         verifier report, model digest, limits\n",
+        "7. exec        verified: signatures and threshold, validity, rollback, engine digest, \
+         policy_id, verifier report, model digest, limits; audit entry before the first batch\n",
     )?;
-    let result = run(admitted, runner, &mut |_| {})?;
-    let subjects = subjects_of(&[(OUTPUTS_FILE, &result.outputs)])?;
-    log.append(AuditRecord::accepted(&result.facts, subjects))?;
     print(&format!(
         "              ran {} inputs, {} tokens; wrote out/{OUTPUTS_FILE} and out/{RECEIPT_FILE}\n",
         result.facts.counts.inputs, result.facts.counts.generated_tokens
@@ -286,13 +295,8 @@ fn exec(request: &Request<'_>, runner: &SecretKey, log: &AuditLog) -> Result<Run
 }
 
 /// 8. The recipient verifies the receipt and the outputs.
-fn verify(dir: &Path, result: &RunResult, cert: &Certificate, runner: &SecretKey) -> CliResult {
-    let verified = verify_receipt(
-        &result.receipt,
-        cert,
-        &runner.public_key(),
-        Some(&dir.join("out")),
-    )?;
+fn verify(dir: &Path, result: &RunResult, cert: &Certificate, runner: &PublicKey) -> CliResult {
+    let verified = verify_receipt(&result.receipt, cert, runner, Some(&dir.join("out")))?;
     print(&format!(
         "8. verify      receipt {} signed by the runner, bound to certificate {}, outputs match\n",
         verified.digest().short(),
@@ -304,17 +308,16 @@ fn verify(dir: &Path, result: &RunResult, cert: &Certificate, runner: &SecretKey
     Ok(())
 }
 
-/// 9. The guard: the engine edited after approval is refused.
-fn guard(dir: &Path, request: &Request<'_>, log: &AuditLog) -> CliResult {
+/// 9. The guard: the engine edited after approval is refused (and the refusal audited).
+fn guard(dir: &Path, request: &ExecRequest<'_>) -> CliResult {
     write(
         &dir.join("engines/gemma3.eng"),
         format!("{ENGINE}// an unapproved edit\n"),
     )?;
     std::fs::remove_dir_all(dir.join("out")).ok();
-    let Err(refusal) = admit(request) else {
+    let Err(refusal) = crate::job::exec::exec(request, &mut |_| {}) else {
         return Err(DemoError::GuardFailed.into());
     };
-    log.append(AuditRecord::with_reason(Outcome::Refused, &refusal))?;
     print(&format!(
         "9. guard       after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
         refusal.exit().code(),

@@ -15,6 +15,7 @@ mod bench;
 mod cert;
 mod demo;
 mod exec;
+mod identity;
 mod keys;
 mod policy;
 mod progress;
@@ -39,6 +40,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create the runner's state directory and its signing key (once per machine, by the
+    /// operator, inside the enclave).
+    Init(identity::InitArgs),
+    /// Print the runner's public key (what recipients check receipts against).
+    Identity(identity::IdentityArgs),
     /// Create an Ed25519 key pair (private key mode 0600, public key beside it as KEY.pub).
     Keygen(keys::KeygenArgs),
     /// Print a policy's id (16-hex short form) and its full digest.
@@ -81,8 +87,24 @@ impl<E: Diagnose + Send + Sync + 'static> From<E> for CliError {
 /// Result of one subcommand.
 pub type CliResult = Result<(), CliError>;
 
+/// `text` safe to print to a terminal: every control character but newline and tab (escape
+/// sequences, carriage returns, backspaces) written as `\u{..}`. A job file, a path or a
+/// certificate field must not be able to rewrite what the operator sees.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Write to stdout; a closed pipe (`runner inspect cert.json | head -1`) is not an error.
 pub(crate) fn print(text: &str) -> CliResult {
+    let text = printable(text);
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
@@ -118,9 +140,9 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => Exit::Ok.into(),
         Err(CliError(e)) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", printable(&e.to_string()));
             if let Some(hint) = e.hint() {
-                eprintln!("  hint: {hint}");
+                eprintln!("  hint: {}", printable(&hint));
             }
             e.exit().into()
         }
@@ -129,6 +151,8 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> CliResult {
     match cli.command {
+        Command::Init(args) => identity::init(args),
+        Command::Identity(args) => identity::identity(args),
         Command::Keygen(args) => keys::keygen(args),
         Command::PolicyId(args) => policy::policy_id(args),
         Command::Restrict(args) => restrict::restrict(args),

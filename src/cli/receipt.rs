@@ -23,6 +23,10 @@ pub struct VerifyArgs {
     /// Directory holding the output files (default: the receipt's directory).
     #[arg(long, value_name = "DIR")]
     outputs: Option<PathBuf>,
+    /// The inputs file (for a data owner who holds it): check that the receipt's salted
+    /// commitment is to exactly these bytes.
+    #[arg(long, value_name = "FILE")]
+    inputs: Option<PathBuf>,
     /// Print the verified receipt as JSON.
     #[arg(long)]
     json: bool,
@@ -66,6 +70,15 @@ pub fn verify(args: VerifyArgs) -> CliResult {
             path: args.receipt.clone(),
             source,
         })?;
+    if let Some(path) = &args.inputs {
+        let bytes = std::fs::read(path).map_err(|source| InputsCheck::Read {
+            path: path.clone(),
+            source,
+        })?;
+        if !verified.facts().inputs.opens(&bytes) {
+            return Err(InputsCheck::Mismatch { path: path.clone() }.into());
+        }
+    }
     if args.json {
         let doc = serde_json::json!({
             "verified": true,
@@ -78,7 +91,36 @@ pub fn verify(args: VerifyArgs) -> CliResult {
         });
         return print(&format!("{doc:#}\n"));
     }
-    print(&summary(&verified, &dir))
+    print(&summary(&verified, &dir, args.inputs.is_some()))
+}
+
+/// Why `--inputs` did not check out.
+#[derive(Debug, thiserror::Error)]
+enum InputsCheck {
+    #[error("cannot read inputs {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the receipt's inputs commitment is not to {}: these are not the inputs that ran", path.display())]
+    Mismatch { path: PathBuf },
+}
+
+impl Diagnose for InputsCheck {
+    fn exit(&self) -> Exit {
+        match self {
+            InputsCheck::Read { .. } => Exit::BadInput,
+            InputsCheck::Mismatch { .. } => Exit::Refused,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            InputsCheck::Read { .. } => "check the path given to --inputs".into(),
+            InputsCheck::Mismatch { .. } => {
+                "pass the exact inputs file the job ran (same bytes, same line endings)".into()
+            }
+        })
+    }
 }
 
 /// How a unit enum is spelled in JSON (`chat`, `text`), for display.
@@ -89,7 +131,7 @@ fn json_name<T: serde::Serialize>(value: &T) -> String {
     }
 }
 
-fn summary(v: &VerifiedReceipt, dir: &Path) -> String {
+fn summary(v: &VerifiedReceipt, dir: &Path, inputs_checked: bool) -> String {
     let f = v.facts();
     let g = &f.generation;
     let outputs: Vec<String> = g.outputs.iter().map(json_name).collect();
@@ -102,7 +144,7 @@ fn summary(v: &VerifiedReceipt, dir: &Path) -> String {
          policy_id    {}\n\
          model        {}\n\
          job          {}\n\
-         inputs       {}\n\
+         inputs       commitment {} (salt {}){}\n\
          generation   batch_size {}, max_new_tokens {}, template {}, outputs {}\n\
          runner       {} (executable {})\n\
          ran          {} to {}\n\
@@ -115,7 +157,9 @@ fn summary(v: &VerifiedReceipt, dir: &Path) -> String {
         f.policy_id.to_hex(),
         f.model_digest.to_hex(),
         f.job_digest.to_hex(),
-        f.inputs_digest.to_hex(),
+        f.inputs.commitment.to_hex(),
+        f.inputs.salt.to_hex(),
+        if inputs_checked { ", matches --inputs" } else { "" },
         g.batch_size,
         g.max_new_tokens,
         json_name(&g.template),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::CliResult;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
+use crate::primitives::bounded_read::read_bounded;
 use crate::restrict;
 use crate::restrict::policy::Policy;
 
@@ -24,20 +25,17 @@ pub struct RestrictArgs {
     /// Print the report as JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Show errors on lines of private regions in full. For the engine's author, on their own
+    /// terminal: by default those lines, and names from them, are withheld, as they are from
+    /// owners (`review`, `approve`) and operators (`exec`).
+    #[arg(long)]
+    show_private: bool,
 }
 
 /// What can go wrong around the verifier: reading the engine, writing the view.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RestrictCliError {
-    /// The engine file could not be read.
-    #[error("cannot read engine {path}: {source}")]
-    ReadEngine {
-        /// The engine path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
     /// `--view` names the engine itself.
     #[error("--view {path} is the engine source; writing the view there would replace it")]
     ViewIsEngine {
@@ -52,15 +50,12 @@ pub enum RestrictCliError {
 impl Diagnose for RestrictCliError {
     fn exit(&self) -> Exit {
         match self {
-            RestrictCliError::ReadEngine { .. } | RestrictCliError::ViewIsEngine { .. } => {
-                Exit::BadInput
-            }
+            RestrictCliError::ViewIsEngine { .. } => Exit::BadInput,
             RestrictCliError::WriteView(_) => Exit::Failure,
         }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            RestrictCliError::ReadEngine { .. } => "check the engine path".into(),
             RestrictCliError::ViewIsEngine { .. } => "choose another file for --view".into(),
             RestrictCliError::WriteView(_) => {
                 "check that the directory exists and is writable".into()
@@ -73,16 +68,21 @@ impl Diagnose for RestrictCliError {
 pub fn restrict(args: RestrictArgs) -> CliResult {
     let policy = Policy::load(&args.policy)?;
     let origin = args.engine.display().to_string();
-    let bytes = std::fs::read(&args.engine).map_err(|source| RestrictCliError::ReadEngine {
-        path: args.engine.clone(),
-        source,
-    })?;
+    let bytes = read_bounded(
+        &args.engine,
+        crate::restrict::MAX_SOURCE_BYTES as u64,
+        "engine",
+    )?;
     if let Some(view) = &args.view {
         if same_file(view, &args.engine) {
             return Err(RestrictCliError::ViewIsEngine { path: view.clone() }.into());
         }
     }
-    let checked = restrict::check_bytes(&bytes, &origin, &policy)?;
+    let checked = if args.show_private {
+        restrict::check_bytes_showing_private(&bytes, &origin, &policy)?
+    } else {
+        restrict::check_bytes(&bytes, &origin, &policy)?
+    };
     if let Some(view) = &args.view {
         // A reader sees the old view or the whole new one, never a part.
         write_atomic(view, checked.view().as_bytes(), 0o644, Overwrite::Replace)

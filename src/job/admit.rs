@@ -1,20 +1,27 @@
 //! The trusted boundary: everything that must hold before the engine touches private inputs.
 //!
 //! [`admit`] is the only way to obtain an [`Admitted`] job, and running a job takes one by value.
-//! It checks, in this order, and refuses at the first difference:
+//! It is a chain of steps, each taking the previous step's proof by value and returning its own,
+//! so the order below is enforced by the types; the first difference refuses the job:
 //!
-//! 1. the certificate: envelope, signatures of distinct trusted owners meeting the threshold,
-//!    validity window, not revoked, not superseded;
-//! 2. the engine source: BLAKE3 of the exact bytes equals the approved digest;
-//! 3. the policy: `policy_id` recomputed from the embedded policy under this runner's verifier
-//!    equals the approved one;
-//! 4. the verifier, run again on the source: it passes, and its report (private ranges, calls
-//!    checked, built-ins, view digest) equals the approved one;
-//! 5. the model: the checkpoint's digest equals the approved one, and the checkpoint loads;
-//! 6. the job against the policy's limits: batch size, new tokens, output kinds, number of
-//!    inputs (after every line of the inputs file parsed), and every prompt's length in tokens
-//!    after the template (each prompt's ids must also be inside the model's vocabulary);
-//! 7. the engine compiles for the model.
+//! 1. [`certificate`]: envelope, signatures of distinct trusted owners meeting the threshold,
+//!    validity window, not revoked, not superseded, and its version not below the highest this
+//!    runner admitted for its lineage nor below trust.toml's pin;
+//! 2. [`job_file`]: the job file parses, and its `output_dir` can take the outputs (not a
+//!    symlink, its parent exists, outside the state and model directories, empty or absent);
+//! 3. [`engine`]: the source's BLAKE3 equals the approved digest, the certificate was approved
+//!    under this runner's verifier, `policy_id` recomputed from the embedded policy equals the
+//!    approved one, and the verifier, run again, passes with the approved report (private
+//!    ranges, calls checked, built-ins, view digest);
+//! 4. [`model`]: the checkpoint's digest equals the approved one, and the checkpoint loads from
+//!    the very files that were hashed;
+//! 5. [`inputs`]: the job against the policy's limits (batch size, new tokens, output kinds,
+//!    number of inputs after every line parsed), the tokenizer (the approved model directory's
+//!    `tokenizer.json`, else the official Gemma 3 file checked by SHA-256), and every prompt's
+//!    length in tokens after the template, each id inside the model's vocabulary;
+//! 6. [`compile`]: the engine compiles for the model.
+//!
+//! Refusals name files, fields, line numbers and limits, never a value from the inputs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,33 +29,75 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use super::generate::{GenerateError, Generator};
-use super::inputs::{parse_inputs, Input, InputsError, Prompt};
+use super::inputs::{inputs_cap, parse_inputs, Input, InputsError, Prompt};
+use super::publish::output_dir_in_use;
 use super::spec::{JobError, JobSpec};
+use super::superseded::History;
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::{model_digest, ModelDigest, ModelDigestError};
 use crate::model::tokenizer::{
     cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256, TOKENIZER_FILE,
 };
 use crate::model::weights::{Checkpoint, WeightsError};
+use crate::primitives::bounded_read::{
+    read_bounded, ReadError, MAX_DOCUMENT_BYTES, MAX_TEXT_BYTES, MAX_TOKENIZER_BYTES,
+};
 use crate::primitives::digest::Digest;
 use crate::restrict::policy::OutputKind;
-use crate::restrict::{check_bytes, RestrictError};
-use crate::trust::certificate::{CertError, RestrictReport};
+use crate::restrict::{check_bytes, Checked, RestrictError};
+use crate::trust::certificate::{CertError, Certificate, RestrictReport};
 use crate::trust::config::TrustConfig;
+use crate::trust::receipt::InputsCommitment;
 use crate::trust::verify::{verify_certificate, VerifiedCertificate};
 
-/// What the operator asked to run.
+/// The certificate and job file as submitted: each read once, bounded, and judged as these
+/// bytes (the audit log and the receipt name their digests).
 #[derive(Debug, Clone)]
-pub struct Request<'a> {
+pub struct Submission {
     /// The certificate file.
-    pub cert: &'a Path,
+    pub cert_path: PathBuf,
+    /// Its bytes.
+    pub cert: Vec<u8>,
     /// The job file.
-    pub job: &'a Path,
+    pub job_path: PathBuf,
+    /// Its bytes.
+    pub job: Vec<u8>,
+}
+
+impl Submission {
+    /// Read both files (regular files, at most [`MAX_DOCUMENT_BYTES`] and [`MAX_TEXT_BYTES`]).
+    pub fn read(cert: &Path, job: &Path) -> Result<Submission, Refusal> {
+        Ok(Submission {
+            cert_path: cert.to_owned(),
+            cert: read_bounded(cert, MAX_DOCUMENT_BYTES, "certificate")?,
+            job_path: job.to_owned(),
+            job: read_bounded(job, MAX_TEXT_BYTES, "job").map_err(JobError::File)?,
+        })
+    }
+
+    /// The certificate digest (of its payload), when the bytes parse as a certificate at all
+    /// (signatures not checked): what the audit log names.
+    pub fn certificate_digest(&self) -> Option<Digest> {
+        Certificate::parse(&self.cert).ok().map(|c| c.digest())
+    }
+
+    /// BLAKE3 of the job file.
+    pub fn job_digest(&self) -> Digest {
+        Digest::of(&self.job)
+    }
+}
+
+/// What the operator asked to run, and what this runner knows.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The certificate and job file.
+    pub submission: &'a Submission,
     /// The operator's trust configuration.
     pub trust: &'a TrustConfig,
-    /// Certificates this runner has seen superseded, as (old, replacement) digests (rollback
-    /// protection).
-    pub superseded: &'a [(Digest, Digest)],
+    /// Certificates this runner has seen replaced, and the versions it admitted.
+    pub history: &'a History,
+    /// The runner's state directory (outputs may not be written into it).
+    pub state_dir: &'a Path,
     /// The time to verify at.
     pub now: OffsetDateTime,
 }
@@ -59,7 +108,7 @@ pub struct Admitted {
     job: JobSpec,
     job_digest: Digest,
     inputs: Vec<Input>,
-    inputs_digest: Digest,
+    inputs_commitment: InputsCommitment,
     prompts: Vec<Vec<u32>>,
     tokenizer: Option<Tokenizer>,
     tokenizer_digest: Option<Digest>,
@@ -92,9 +141,9 @@ impl Admitted {
     pub fn inputs(&self) -> &[Input] {
         &self.inputs
     }
-    /// BLAKE3 of the inputs file's bytes.
-    pub fn inputs_digest(&self) -> Digest {
-        self.inputs_digest
+    /// The salted commitment to the inputs file's bytes.
+    pub fn inputs_commitment(&self) -> InputsCommitment {
+        self.inputs_commitment
     }
     /// Each input's prompt as token ids (template applied), in input order.
     pub fn prompts(&self) -> &[Vec<u32>] {
@@ -118,14 +167,9 @@ impl Admitted {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
-    /// The certificate file could not be read.
-    #[error("cannot read certificate {path}: {source}")]
-    ReadCertificate {
-        /// The certificate file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    /// The certificate, engine or inputs file could not be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// The certificate failed verification.
     #[error(transparent)]
     Certificate(#[from] CertError),
@@ -137,17 +181,34 @@ pub enum Refusal {
         /// The certificate that replaced it (short digest).
         new: String,
     },
+    /// The certificate is older than one this runner admitted, or than the pinned minimum.
+    #[error("certificate is version {version} of lineage {lineage:?}, but {why} version {floor}; an older certificate cannot come back")]
+    RolledBack {
+        /// The lineage.
+        lineage: String,
+        /// The certificate's version.
+        version: u64,
+        /// The lowest version admitted.
+        floor: u64,
+        /// Where the floor comes from.
+        why: &'static str,
+    },
     /// The job file is malformed.
     #[error(transparent)]
     Job(#[from] JobError),
-    /// The engine source could not be read.
-    #[error("cannot read engine {path}: {source}")]
-    ReadEngine {
-        /// The engine file.
+    /// The job's output directory cannot take the outputs.
+    #[error("job {job}: output_dir {} {problem}", path.display())]
+    OutputDir {
+        /// The job file.
+        job: PathBuf,
+        /// The output directory.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// What is wrong.
+        problem: &'static str,
     },
+    /// The job's output directory exists and is not empty.
+    #[error("output directory {0} already exists and is not empty")]
+    OutputExists(PathBuf),
     /// The engine's bytes differ from the approved ones.
     #[error(
         "engine {path} is not the approved engine: source digest {found}, certificate approves {expected}"
@@ -221,23 +282,24 @@ pub enum Refusal {
         /// The policy's maximum.
         max: u64,
     },
-    /// A prompt is longer than the policy allows.
-    #[error("input {id:?} has {found} prompt tokens; the policy allows at most {max} (limits.max_prompt_tokens)")]
+    /// A prompt is longer than the policy allows (its length is not shown: inputs are private).
+    #[error("inputs {}, line {line}: the prompt is longer than the policy allows ({max} tokens after the template, limits.max_prompt_tokens)", path.display())]
     PromptTooLong {
-        /// The input's id.
-        id: String,
-        /// Its length in tokens.
-        found: usize,
+        /// The inputs file.
+        path: PathBuf,
+        /// 1-based line of the input.
+        line: usize,
         /// The limit.
         max: u32,
     },
-    /// A prompt holds a token id the model does not have.
-    #[error("input {id:?}: token {position} of its prompt (after the template) is outside the model's vocabulary of {vocab} ids")]
+    /// A prompt holds a token id the model does not have (neither the id nor where it is in
+    /// the prompt is shown).
+    #[error("inputs {}, line {line}: the prompt holds a token id outside the model's vocabulary of {vocab} ids", path.display())]
     TokenOutOfVocab {
-        /// The input's id.
-        id: String,
-        /// 0-based position of the first such token (the value is not shown: inputs are private).
-        position: usize,
+        /// The inputs file.
+        path: PathBuf,
+        /// 1-based line of the input.
+        line: usize,
         /// The model's `vocab_size`.
         vocab: usize,
     },
@@ -262,30 +324,32 @@ pub enum Refusal {
     },
     /// The tokenizer failed to load.
     #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
-    /// A chat turn has a role the template does not know (the role itself is not shown:
-    /// inputs are private).
-    #[error("input {id:?}: chat turn {index} has a role other than \"user\", \"model\", \"assistant\" or a first \"system\"")]
+    Tokenizer(TokenizerError),
+    /// A chat turn has a role the template does not know (the role itself is not shown).
+    #[error("inputs {}, line {line}: chat turn {turn} has a role other than \"user\", \"model\", \"assistant\" or a first \"system\"", path.display())]
     ChatRole {
-        /// The input's id.
-        id: String,
+        /// The inputs file.
+        path: PathBuf,
+        /// 1-based line of the input.
+        line: usize,
         /// 0-based position of the turn.
-        index: usize,
+        turn: usize,
     },
-    /// An input's prompt could not be put through the template and tokenizer.
-    #[error("input {id:?}: {source}")]
+    /// An input's prompt could not be put through the template and tokenizer (the tokenizer's
+    /// own message is not shown: it may quote the text).
+    #[error("inputs {}, line {line}: the tokenizer could not encode the prompt", path.display())]
     Encode {
-        /// The input's id.
-        id: String,
-        /// What went wrong.
-        source: TokenizerError,
+        /// The inputs file.
+        path: PathBuf,
+        /// 1-based line of the input.
+        line: usize,
     },
     /// The engine does not compile for the model.
     #[error(transparent)]
     Compile(Box<GenerateError>),
-    /// The job's output directory exists and is not empty.
-    #[error("output directory {0} already exists and is not empty")]
-    OutputExists(PathBuf),
+    /// The system's random number generator failed (the inputs commitment needs a salt).
+    #[error("cannot salt the inputs commitment: the system random number generator failed")]
+    NoRandomness,
 }
 
 // Boxed: the compiler's errors are large and every `admit` result would carry their size.
@@ -298,25 +362,39 @@ impl From<GenerateError> for Refusal {
 impl Diagnose for Refusal {
     fn exit(&self) -> Exit {
         match self {
+            Refusal::Read(e) => e.exit(),
             Refusal::Certificate(e) => e.exit(),
             Refusal::Job(e) => e.exit(),
             Refusal::Verifier(e) => e.exit(),
             Refusal::ModelDigest(e) => e.exit(),
             Refusal::Weights(e) => e.exit(),
             Refusal::Inputs(e) => e.exit(),
-            Refusal::Tokenizer(e) | Refusal::Encode { source: e, .. } => e.exit(),
+            Refusal::Tokenizer(e) => e.exit(),
             Refusal::Compile(e) => e.exit(),
-            Refusal::ReadCertificate { .. }
-            | Refusal::ReadEngine { .. }
+            Refusal::NoRandomness => Exit::Failure,
+            Refusal::OutputDir { .. }
+            | Refusal::OutputExists(_)
             | Refusal::NoTokenizer(_)
             | Refusal::TokenOutOfVocab { .. }
             | Refusal::ChatRole { .. }
-            | Refusal::OutputExists(_) => Exit::BadInput,
-            _ => Exit::Refused,
+            | Refusal::Encode { .. } => Exit::BadInput,
+            Refusal::Superseded { .. }
+            | Refusal::RolledBack { .. }
+            | Refusal::EngineChanged { .. }
+            | Refusal::VerifierVersion { .. }
+            | Refusal::PolicyId { .. }
+            | Refusal::NoReport
+            | Refusal::ReportChanged { .. }
+            | Refusal::ModelChanged { .. }
+            | Refusal::Limit { .. }
+            | Refusal::PromptTooLong { .. }
+            | Refusal::OutputKind { .. }
+            | Refusal::TokenizerUnapproved { .. } => Exit::Refused,
         }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
+            Refusal::Read(e) => return e.hint(),
             Refusal::Certificate(e) => return e.hint(),
             Refusal::Job(e) => return e.hint(),
             Refusal::Verifier(e) => return e.hint(),
@@ -324,13 +402,19 @@ impl Diagnose for Refusal {
             Refusal::Weights(e) => return e.hint(),
             Refusal::Inputs(e) => return e.hint(),
             Refusal::Tokenizer(e) => return e.hint(),
-            Refusal::Encode { source, .. } => return source.hint(),
+            Refusal::Compile(e) => return e.hint(),
+            Refusal::NoRandomness => "check the system's entropy source (getrandom)".into(),
+            Refusal::Encode { .. } => {
+                "check that the prompt is text the Gemma 3 tokenizer reads".into()
+            }
             Refusal::ChatRole { .. } => "chat turns have role \"user\" or \"model\" (or \
                 \"assistant\"), optionally after a first \"system\" turn"
                 .into(),
-            Refusal::Compile(e) => return e.hint(),
             Refusal::Superseded { .. } => {
                 "run with the certificate that superseded it (see `runner inspect`)".into()
+            }
+            Refusal::RolledBack { .. } => {
+                "run with the newest certificate of the lineage (see `runner inspect`)".into()
             }
             Refusal::EngineChanged { .. } | Refusal::ReportChanged { .. } | Refusal::NoReport => {
                 "source changed since approval: run `runner review --cert CERT --engine ENGINE` \
@@ -357,7 +441,9 @@ impl Diagnose for Refusal {
                  directory, or give only token-id inputs with outputs = [\"tokens\"]"
                     .into()
             }
-            Refusal::ReadCertificate { .. } | Refusal::ReadEngine { .. } => "check the path".into(),
+            Refusal::OutputDir { .. } => "point output_dir at a new directory whose parent \
+                exists, outside the runner's state directory and the model directory"
+                .into(),
             Refusal::OutputExists(_) => {
                 "choose a new output_dir in the job, or move the old results away".into()
             }
@@ -367,86 +453,208 @@ impl Diagnose for Refusal {
 
 /// Check everything, then compile: the only way to an [`Admitted`] job.
 pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
-    let cert_bytes = std::fs::read(req.cert).map_err(|source| Refusal::ReadCertificate {
-        path: req.cert.to_owned(),
-        source,
-    })?;
-    let certificate = verify_certificate(&cert_bytes, req.trust, req.now)?;
-    if let Some((old, newer)) = req
-        .superseded
-        .iter()
-        .find(|(old, _)| *old == certificate.digest())
-    {
+    let cert = certificate(req)?;
+    let job = job_file(req, cert)?;
+    let engine = engine(job)?;
+    let model = model(engine)?;
+    let inputs = inputs(model)?;
+    compile(inputs)
+}
+
+/// Step 1: the certificate verifies and is not older than one this runner knows.
+pub fn certificate(req: &Request<'_>) -> Result<VerifiedCertificate, Refusal> {
+    let cert = verify_certificate(&req.submission.cert, req.trust, req.now)?;
+    if let Some(newer) = req.history.replacement_of(cert.digest()) {
         return Err(Refusal::Superseded {
-            old: old.short(),
+            old: cert.digest().short(),
             new: newer.short(),
         });
     }
-
-    let job_bytes = std::fs::read(req.job).map_err(|source| JobError::Read {
-        path: req.job.to_owned(),
-        source,
-    })?;
-    // Parse the bytes that are hashed into the receipt, not a second read of the file.
-    let job_text = std::str::from_utf8(&job_bytes).map_err(|e| JobError::Read {
-        path: req.job.to_owned(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-    })?;
-    let job = JobSpec::parse(job_text, req.job)?;
-    // Before any hashing: finding this out after reading a multi-GiB model wastes the wait.
-    if super::publish::output_dir_in_use(&job.output_dir) {
-        return Err(Refusal::OutputExists(job.output_dir.clone()));
+    let lineage = cert.lineage().to_owned();
+    let floors = [
+        (
+            req.history.highest.get(&lineage).copied().unwrap_or(0),
+            "this runner has admitted",
+        ),
+        (
+            req.trust.min_version(&lineage),
+            "trust.toml requires at least",
+        ),
+    ];
+    for (floor, why) in floors {
+        if cert.version() < floor {
+            return Err(Refusal::RolledBack {
+                lineage,
+                version: cert.version(),
+                floor,
+                why,
+            });
+        }
     }
+    Ok(cert)
+}
 
-    let source = std::fs::read(&job.engine).map_err(|source| Refusal::ReadEngine {
-        path: job.engine.clone(),
-        source,
+/// Proof of step 2: the certificate, and a job file whose outputs can be published.
+pub struct JobFile {
+    cert: VerifiedCertificate,
+    spec: JobSpec,
+    digest: Digest,
+}
+
+/// Step 2: the job file parses and its output directory is usable.
+pub fn job_file(req: &Request<'_>, cert: VerifiedCertificate) -> Result<JobFile, Refusal> {
+    let sub = req.submission;
+    // Parse the bytes whose digest the receipt binds, not a second read of the file.
+    let text = std::str::from_utf8(&sub.job).map_err(|_| JobError::NotText {
+        path: sub.job_path.clone(),
     })?;
+    let spec = JobSpec::parse(text, &sub.job_path)?;
+    check_output_dir(&spec, req.state_dir)?;
+    Ok(JobFile {
+        cert,
+        spec,
+        digest: sub.job_digest(),
+    })
+}
+
+/// Where the outputs go must be a fresh or empty directory of its own: not a symlink (which
+/// could aim the rename anywhere), under an existing parent, and not inside the runner's state
+/// or the model the owners approved. Checked before any hashing: finding this out after reading
+/// a multi-GiB model wastes the wait.
+fn check_output_dir(job: &JobSpec, state_dir: &Path) -> Result<(), Refusal> {
+    let dir = &job.output_dir;
+    let bad = |problem| Refusal::OutputDir {
+        job: job.path.clone(),
+        path: dir.clone(),
+        problem,
+    };
+    let Some(name) = dir.file_name() else {
+        return Err(bad("names no directory (it ends in `..` or is a root)"));
+    };
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(bad("is a symlink"));
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(parent) = parent.canonicalize() else {
+        return Err(bad("has no existing parent directory"));
+    };
+    let resolved = parent.join(name);
+    for (other, problem) in [
+        (state_dir, "is inside the runner's state directory"),
+        (job.model.as_path(), "is inside the model directory"),
+    ] {
+        if let Ok(other) = other.canonicalize() {
+            if resolved.starts_with(&other) {
+                return Err(bad(problem));
+            }
+        }
+    }
+    if output_dir_in_use(dir) {
+        return Err(Refusal::OutputExists(dir.clone()));
+    }
+    Ok(())
+}
+
+/// Proof of step 3: the approved engine, verified again.
+pub struct ApprovedEngine {
+    job: JobFile,
+    checked: Checked,
+}
+
+/// Step 3: the engine is the approved one, under this verifier and the approved policy.
+pub fn engine(job: JobFile) -> Result<ApprovedEngine, Refusal> {
+    let cert = &job.cert;
+    let path = &job.spec.engine;
+    let source = read_bounded(path, crate::restrict::MAX_SOURCE_BYTES as u64, "engine")?;
     let found = Digest::of(&source);
-    if found != certificate.engine().source_digest {
+    if found != cert.engine().source_digest {
         return Err(Refusal::EngineChanged {
-            path: job.engine.clone(),
-            expected: certificate.engine().source_digest.to_hex(),
+            path: path.clone(),
+            expected: cert.engine().source_digest.to_hex(),
             found: found.to_hex(),
         });
     }
-
-    if certificate.verifier_version() != crate::restrict::VERIFIER_VERSION {
+    if cert.verifier_version() != crate::restrict::VERIFIER_VERSION {
         return Err(Refusal::VerifierVersion {
-            approved: certificate.verifier_version().to_owned(),
+            approved: cert.verifier_version().to_owned(),
             ours: crate::restrict::VERIFIER_VERSION.to_owned(),
         });
     }
-    let policy = certificate.policy();
+    let policy = cert.policy();
     let recomputed = policy.policy_id();
-    if recomputed.0 != certificate.policy_id().0 {
+    if recomputed.0 != cert.policy_id().0 {
         return Err(Refusal::PolicyId {
-            expected: certificate.policy_id().short(),
+            expected: cert.policy_id().short(),
             found: recomputed.short(),
         });
     }
-
-    let checked = check_bytes(&source, &job.engine.display().to_string(), policy)?;
-    let approved = certificate
-        .engine()
-        .restrict
-        .as_ref()
-        .ok_or(Refusal::NoReport)?;
+    let checked = check_bytes(&source, &path.display().to_string(), policy)?;
+    let approved = cert.engine().restrict.as_ref().ok_or(Refusal::NoReport)?;
     compare_reports(approved, &RestrictReport::from_report(checked.report())?)?;
+    Ok(ApprovedEngine { job, checked })
+}
 
+fn compare_reports(approved: &RestrictReport, found: &RestrictReport) -> Result<(), Refusal> {
+    let field = if approved.view_digest != found.view_digest {
+        "view_digest"
+    } else if approved.private_ranges != found.private_ranges {
+        "private_ranges"
+    } else if approved.calls_checked != found.calls_checked {
+        "calls_checked"
+    } else if approved.builtins_used != found.builtins_used {
+        "builtins_used"
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::ReportChanged { field })
+}
+
+/// Proof of step 4: the approved model, loaded from the files that were hashed.
+pub struct ApprovedModel {
+    engine: ApprovedEngine,
+    digest: ModelDigest,
+    checkpoint: Checkpoint,
+}
+
+/// Step 4: the model is the approved one.
+pub fn model(engine: ApprovedEngine) -> Result<ApprovedModel, Refusal> {
+    let cert = &engine.job.cert;
+    let dir = &engine.job.spec.model;
     // Digest before parsing: bytes the owners did not approve are refused as such (exit 3),
     // whatever is wrong with them, and never reach the safetensors parser.
-    let model = model_digest(&job.model)?;
-    if model.digest != certificate.model_digest() {
+    let digest = model_digest(dir)?;
+    if digest.digest != cert.model_digest() {
         return Err(Refusal::ModelChanged {
-            path: job.model.clone(),
-            expected: certificate.model_digest().to_hex(),
-            found: model.digest.to_hex(),
+            path: dir.clone(),
+            expected: cert.model_digest().to_hex(),
+            found: digest.digest.to_hex(),
         });
     }
     // The hashed files themselves, not the paths again: the directory may have changed since.
-    let checkpoint = Checkpoint::load_from(model.checkpoint_files(&job.model))?;
+    let checkpoint = Checkpoint::load_from(digest.checkpoint_files(dir))?;
+    Ok(ApprovedModel {
+        engine,
+        digest,
+        checkpoint,
+    })
+}
 
+/// Proof of step 5: inputs within the policy's limits, as token ids the model has.
+pub struct AdmittedInputs {
+    model: ApprovedModel,
+    inputs: Vec<Input>,
+    inputs_commitment: InputsCommitment,
+    prompts: Vec<Vec<u32>>,
+    tokenizer: Option<(Tokenizer, Digest)>,
+}
+
+/// Step 5: the job and its inputs within the policy's limits.
+pub fn inputs(model: ApprovedModel) -> Result<AdmittedInputs, Refusal> {
+    let job = &model.engine.job.spec;
+    let policy = model.engine.job.cert.policy();
     let limits = &policy.limits;
     let g = &job.generation;
     for (limit, found, max) in [
@@ -474,11 +682,8 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
             });
         }
     }
-    let inputs_bytes = std::fs::read(&job.inputs).map_err(|source| InputsError::Read {
-        path: job.inputs.clone(),
-        source,
-    })?;
-    let inputs = parse_inputs(&inputs_bytes, &job.inputs)?;
+    let bytes = read_bounded(&job.inputs, inputs_cap(limits.max_inputs), "inputs")?;
+    let inputs = parse_inputs(&bytes, &job.inputs)?;
     if inputs.len() as u64 > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
             limit: "max_inputs",
@@ -486,62 +691,99 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
             max: limits.max_inputs.into(),
         });
     }
-
     let needs_text = g.outputs.contains(&OutputKind::Text)
         || inputs
             .iter()
             .any(|i| !matches!(i.prompt, Prompt::Tokens(_)));
-    let (tokenizer, tokenizer_digest) = if needs_text {
-        let (t, d) = load_tokenizer(&job, &model)?;
-        (Some(t), Some(d))
+    let tokenizer = if needs_text {
+        Some(load_tokenizer(job, &model.digest)?)
     } else {
-        (None, None)
+        None
     };
-    // Checked here rather than when the batch runs: a bad id in the last input must not be found
-    // after every earlier batch has run, and the refusal must name the input.
-    let vocab = checkpoint.config.vocab_size;
+    let prompts = encode_prompts(&model, &inputs, tokenizer.as_ref().map(|(t, _)| t))?;
+    Ok(AdmittedInputs {
+        model,
+        inputs,
+        inputs_commitment: InputsCommitment::new(&bytes).ok_or(Refusal::NoRandomness)?,
+        prompts,
+        tokenizer,
+    })
+}
+
+/// Every prompt as ids, checked here rather than when its batch runs: a bad id in the last
+/// input must not be found after every earlier batch has run, and the refusal must name it.
+fn encode_prompts(
+    model: &ApprovedModel,
+    inputs: &[Input],
+    tokenizer: Option<&Tokenizer>,
+) -> Result<Vec<Vec<u32>>, Refusal> {
+    let job = &model.engine.job.spec;
+    let max = model.engine.job.cert.policy().limits.max_prompt_tokens;
+    let vocab = model.checkpoint.config.vocab_size;
+    let path = job.inputs.clone();
     let mut prompts = Vec::with_capacity(inputs.len());
-    for input in &inputs {
-        let encoded = match (&input.prompt, &tokenizer) {
+    for input in inputs {
+        let line = input.line;
+        let encoded = match (&input.prompt, tokenizer) {
             (Prompt::Tokens(t), _) => Ok(t.clone()),
-            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, g.template),
+            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, job.generation.template),
             (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns),
             (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
         };
         let ids = encoded.map_err(|source| match source {
             TokenizerError::Role { index, .. } => Refusal::ChatRole {
-                id: input.id.clone(),
-                index,
+                path: path.clone(),
+                line,
+                turn: index,
             },
-            source => Refusal::Encode {
-                id: input.id.clone(),
-                source,
+            _ => Refusal::Encode {
+                path: path.clone(),
+                line,
             },
         })?;
-        if let Some(position) = ids.iter().position(|&t| t as usize >= vocab) {
+        if ids.iter().any(|&t| t as usize >= vocab) {
             return Err(Refusal::TokenOutOfVocab {
-                id: input.id.clone(),
-                position,
+                path: path.clone(),
+                line,
                 vocab,
             });
         }
-        if ids.len() > limits.max_prompt_tokens as usize {
+        if ids.len() > max as usize {
             return Err(Refusal::PromptTooLong {
-                id: input.id.clone(),
-                found: ids.len(),
-                max: limits.max_prompt_tokens,
+                path: path.clone(),
+                line,
+                max,
             });
         }
         prompts.push(ids);
     }
+    Ok(prompts)
+}
 
-    let generator = Generator::new(checked, "main", Arc::new(checkpoint))?;
-    Ok(Admitted {
-        certificate,
-        job,
-        job_digest: Digest::of(&job_bytes),
+/// Step 6: the engine compiles for the model.
+pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
+    let AdmittedInputs {
+        model,
         inputs,
-        inputs_digest: Digest::of(&inputs_bytes),
+        inputs_commitment,
+        prompts,
+        tokenizer,
+    } = inputs;
+    let ApprovedModel {
+        engine, checkpoint, ..
+    } = model;
+    let ApprovedEngine { job, checked } = engine;
+    let generator = Generator::new(checked, "main", Arc::new(checkpoint))?;
+    let (tokenizer, tokenizer_digest) = match tokenizer {
+        Some((t, d)) => (Some(t), Some(d)),
+        None => (None, None),
+    };
+    Ok(Admitted {
+        certificate: job.cert,
+        job: job.spec,
+        job_digest: job.digest,
+        inputs,
+        inputs_commitment,
         prompts,
         tokenizer,
         tokenizer_digest,
@@ -552,21 +794,6 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
 /// How a value is spelled in job.toml and the policy (`"text"`), for messages.
 fn json_name<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "?".into())
-}
-
-fn compare_reports(approved: &RestrictReport, found: &RestrictReport) -> Result<(), Refusal> {
-    let field = if approved.view_digest != found.view_digest {
-        "view_digest"
-    } else if approved.private_ranges != found.private_ranges {
-        "private_ranges"
-    } else if approved.calls_checked != found.calls_checked {
-        "calls_checked"
-    } else if approved.builtins_used != found.builtins_used {
-        "builtins_used"
-    } else {
-        return Ok(());
-    };
-    Err(Refusal::ReportChanged { field })
 }
 
 /// The tokenizer: `job.tokenizer`, else the model directory's `tokenizer.json` (bound by the
@@ -592,8 +819,7 @@ fn load_tokenizer(job: &JobSpec, model: &ModelDigest) -> Result<(Tokenizer, Dige
             .read(TOKENIZER_FILE)
             .map_err(WeightsError::from)?
     } else {
-        std::fs::read(&path)
-            .map_err(|e| Refusal::NoTokenizer(format!("{}: {e}", path.display())))?
+        read_bounded(&path, MAX_TOKENIZER_BYTES, "tokenizer")?
     };
     if !bound_by_model {
         let sha = ring::digest::digest(&ring::digest::SHA256, &bytes);
@@ -602,6 +828,6 @@ fn load_tokenizer(job: &JobSpec, model: &ModelDigest) -> Result<(Tokenizer, Dige
             return Err(Refusal::TokenizerUnapproved { path, found: hex });
         }
     }
-    let tokenizer = Tokenizer::from_bytes(&path, &bytes)?;
+    let tokenizer = Tokenizer::from_bytes(&path, &bytes).map_err(Refusal::Tokenizer)?;
     Ok((tokenizer, Digest::of(&bytes)))
 }

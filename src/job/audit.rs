@@ -1,6 +1,13 @@
-//! The audit log: one line per `runner exec` attempt (accepted, refused or failed), appended to
-//! `audit.jsonl` in the runner's state directory and chained by digests, so that editing,
-//! deleting, inserting or reordering an entry breaks the chain at that point.
+//! The audit log: the `runner exec` attempts, appended to `audit.jsonl` in the runner's state
+//! directory and chained by digests, so that editing, deleting, inserting or reordering an entry
+//! breaks the chain at that point.
+//!
+//! It fails closed. Before `exec` reads anything private it checks that the log can be appended
+//! to; a refused attempt is one `refused` entry; an admitted one is an `admitted` entry, written
+//! before the first batch runs, then a closing `accepted` or `failed` entry, all three carrying
+//! the attempt's random id. Nothing runs unless its `admitted` entry is on disk, so a process
+//! killed mid-run leaves an `admitted` entry that no closing entry answers, which
+//! [`AuditLog::verify`] reports as unfinished.
 //!
 //! Each line is one [`AuditEntry`] as RFC 8785 canonical JSON followed by `\n`. Entry `seq` is
 //! its 1-based line number, and `prev` is the plain BLAKE3 of the previous line's bytes (without
@@ -22,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{create_private_dir, open_for_append};
+use super::state::open_for_append;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::canonical::{parse_strict, to_canonical_from};
 use crate::primitives::digest::Digest;
@@ -38,10 +45,12 @@ pub const MAX_REASON_LEN: usize = 4096;
 /// `prev` of the first entry.
 pub const GENESIS_PREV: Digest = Digest([0; 32]);
 
-/// How an exec attempt ended.
+/// What an entry records about its attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    /// Passed every check; about to run (a closing entry follows).
+    Admitted,
     /// Verified, ran, and wrote outputs and a receipt.
     Accepted,
     /// Refused by verification (exit 3) or by bad input (exit 2); nothing ran.
@@ -54,6 +63,7 @@ impl Outcome {
     /// The spelling in the log.
     pub fn as_str(self) -> &'static str {
         match self {
+            Outcome::Admitted => "admitted",
             Outcome::Accepted => "accepted",
             Outcome::Refused => "refused",
             Outcome::Failed => "failed",
@@ -65,7 +75,9 @@ impl Outcome {
 /// Digests are `None` where the attempt stopped before knowing them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
-    /// How the attempt ended.
+    /// The attempt's id, the same in all its entries.
+    pub attempt: String,
+    /// What happened.
     pub outcome: Outcome,
     /// The error text for a refusal or failure; `None` when accepted.
     pub reason: Option<String>,
@@ -79,16 +91,18 @@ pub struct AuditRecord {
     pub model_digest: Option<Digest>,
     /// BLAKE3 of `job.toml`.
     pub job_digest: Option<Digest>,
-    /// BLAKE3 of the inputs file.
-    pub inputs_digest: Option<Digest>,
+    /// The salted commitment to the inputs file (as in the receipt; a plain digest of private
+    /// inputs could be inverted by guessing).
+    pub inputs_commitment: Option<Digest>,
     /// The files written (empty unless accepted).
     pub output_digests: Vec<Subject>,
 }
 
 impl AuditRecord {
-    /// A record with this outcome and nothing known yet.
-    pub fn new(outcome: Outcome) -> AuditRecord {
+    /// A record of `attempt` with this outcome and nothing known yet.
+    pub fn new(attempt: &str, outcome: Outcome) -> AuditRecord {
         AuditRecord {
+            attempt: attempt.to_owned(),
             outcome,
             reason: None,
             certificate_digest: None,
@@ -96,22 +110,27 @@ impl AuditRecord {
             policy_id: None,
             model_digest: None,
             job_digest: None,
-            inputs_digest: None,
+            inputs_commitment: None,
             output_digests: Vec::new(),
         }
     }
 
     /// A refusal (or a failure) with its error text.
-    pub fn with_reason(outcome: Outcome, reason: &dyn std::fmt::Display) -> AuditRecord {
+    pub fn with_reason(
+        attempt: &str,
+        outcome: Outcome,
+        reason: &dyn std::fmt::Display,
+    ) -> AuditRecord {
         AuditRecord {
             reason: Some(reason.to_string()),
-            ..AuditRecord::new(outcome)
+            ..AuditRecord::new(attempt, outcome)
         }
     }
 
     /// An accepted run: every digest from the receipt's facts, and the outputs written.
-    pub fn accepted(facts: &RunFacts, outputs: Vec<Subject>) -> AuditRecord {
+    pub fn accepted(attempt: &str, facts: &RunFacts, outputs: Vec<Subject>) -> AuditRecord {
         AuditRecord {
+            attempt: attempt.to_owned(),
             outcome: Outcome::Accepted,
             reason: None,
             certificate_digest: Some(facts.certificate_digest),
@@ -119,7 +138,7 @@ impl AuditRecord {
             policy_id: Some(facts.policy_id),
             model_digest: Some(facts.model_digest),
             job_digest: Some(facts.job_digest),
-            inputs_digest: Some(facts.inputs_digest),
+            inputs_commitment: Some(facts.inputs.commitment),
             output_digests: outputs,
         }
     }
@@ -134,7 +153,9 @@ pub struct AuditEntry {
     pub seq: u64,
     /// When the entry was appended.
     pub time: Timestamp,
-    /// How the attempt ended.
+    /// The attempt's id, the same in all its entries.
+    pub attempt: String,
+    /// What happened.
     pub outcome: Outcome,
     /// Error text of a refusal or failure.
     pub reason: Option<String>,
@@ -148,8 +169,9 @@ pub struct AuditEntry {
     pub model_digest: Option<Digest>,
     /// BLAKE3 of `job.toml`.
     pub job_digest: Option<Digest>,
-    /// BLAKE3 of the inputs file.
-    pub inputs_digest: Option<Digest>,
+    /// The salted commitment to the inputs file (as in the receipt; a plain digest of private
+    /// inputs could be inverted by guessing).
+    pub inputs_commitment: Option<Digest>,
     /// Files written.
     pub output_digests: Vec<Subject>,
     /// BLAKE3 of the previous line (without its newline); zeros on the first line.
@@ -207,6 +229,9 @@ pub struct ChainBreak {
 pub struct ChainSummary {
     /// Number of entries.
     pub entries: u64,
+    /// `admitted` entries that no closing entry of the same attempt follows, as (seq,
+    /// attempt): runs killed mid-way (or still running).
+    pub unfinished: Vec<(u64, String)>,
     /// BLAKE3 of the last line (the `prev` the next entry will carry); `None` when empty.
     pub last_digest: Option<Digest>,
     /// The last entry.
@@ -217,14 +242,6 @@ pub struct ChainSummary {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuditError {
-    /// The state directory could not be created.
-    #[error("cannot create state directory {}: {source}", path.display())]
-    CreateDir {
-        /// The directory.
-        path: PathBuf,
-        /// The I/O error.
-        source: io::Error,
-    },
     /// Opening, locking, reading, writing or syncing the log failed.
     #[error("cannot {action} audit log {}: {source}", path.display())]
     Io {
@@ -272,17 +289,21 @@ impl Diagnose for AuditError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            AuditError::CreateDir { .. } | AuditError::Io { .. } => {
-                "check that the state directory (--state-dir, $RUNNER_STATE_DIR or \
-                 ./.runner-state) is writable"
-                    .into()
-            }
-            AuditError::Missing { .. } => "pass the runner's state directory with --state-dir \
-                (default $RUNNER_STATE_DIR, else ./.runner-state)"
+            AuditError::Io { .. } => "the log must be a regular file the runner can lock and \
+                append to: check the state directory's permissions, and that audit.jsonl is not \
+                a directory or on a full disk"
                 .into(),
-            AuditError::Broken { .. } | AuditError::Damaged { .. } => "the log was altered or cut \
-                short; keep this copy as evidence, restore the log from a backup, and compare the \
-                last digest with the one recorded by `runner audit verify`"
+            AuditError::Missing { .. } => "pass the runner's state directory with --state-dir \
+                (or $RUNNER_STATE_DIR)"
+                .into(),
+            AuditError::Broken { .. } => "the log was altered or cut short; keep this copy as \
+                evidence, restore the log from a backup, and compare the last digest with the \
+                one recorded by `runner audit verify`"
+                .into(),
+            AuditError::Damaged { .. } => "no job runs until the log can be appended to: keep \
+                this copy as evidence, then restore the log from a backup, or rotate it (move \
+                audit.jsonl aside; the next exec starts a new chain, and the old one's last \
+                digest should be recorded with it)"
                 .into(),
             AuditError::Unwritable(_) => "check this machine's clock".into(),
         })
@@ -292,7 +313,6 @@ impl Diagnose for AuditError {
 /// The audit log in one state directory.
 #[derive(Debug, Clone)]
 pub struct AuditLog {
-    dir: PathBuf,
     path: PathBuf,
 }
 
@@ -301,23 +321,19 @@ impl AuditLog {
     /// [`AuditLog::verify`]).
     pub fn open(state_dir: &Path) -> AuditLog {
         AuditLog {
-            dir: state_dir.to_owned(),
             path: state_dir.join(AUDIT_FILE),
         }
     }
 
-    /// The log file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Check that an entry could be appended now: the log opens, locks, and its last line is
+    /// intact. `exec` calls this before it reads anything private, so an attempt that could not
+    /// be recorded never starts.
+    pub fn check_appendable(&self) -> Result<(), AuditError> {
+        let mut file = self.open_locked()?;
+        self.next_link(&mut file).map(|_| ())
     }
 
-    /// Append one entry (creating the state directory, mode 0700, and the log, mode 0600, if
-    /// needed). Returns the entry written.
-    pub fn append(&self, record: AuditRecord) -> Result<AuditEntry, AuditError> {
-        create_private_dir(&self.dir).map_err(|source| AuditError::CreateDir {
-            path: self.dir.clone(),
-            source,
-        })?;
+    fn open_locked(&self) -> Result<File, AuditError> {
         let io_err = |action| {
             let path = self.path.clone();
             move |source| AuditError::Io {
@@ -326,29 +342,58 @@ impl AuditLog {
                 source,
             }
         };
-        let mut file = open_for_append(&self.path).map_err(io_err("open"))?;
+        let file = open_for_append(&self.path).map_err(io_err("open"))?;
         // Held until `file` is dropped: no other append can interleave between reading the last
         // line and writing the next.
         file.lock().map_err(io_err("lock"))?;
-        let (seq, prev) = match read_last_line(&mut file).map_err(io_err("read"))? {
-            LastLine::Empty => (1, GENESIS_PREV),
-            LastLine::Truncated => {
-                return Err(AuditError::Damaged {
-                    path: self.path.clone(),
-                    problem: ChainProblem::Truncated,
-                })
-            }
+        Ok(file)
+    }
+
+    /// The `seq` and `prev` of the next entry.
+    fn next_link(&self, file: &mut File) -> Result<(u64, Digest), AuditError> {
+        let last = read_last_line(file).map_err(|source| AuditError::Io {
+            action: "read",
+            path: self.path.clone(),
+            source,
+        })?;
+        match last {
+            LastLine::Empty => Ok((1, GENESIS_PREV)),
+            LastLine::Truncated => Err(AuditError::Damaged {
+                path: self.path.clone(),
+                problem: ChainProblem::Truncated,
+            }),
             LastLine::Line(line) => {
                 let last = parse_line(&line).map_err(|problem| AuditError::Damaged {
                     path: self.path.clone(),
                     problem,
                 })?;
-                (last.seq.saturating_add(1), Digest::of(&line))
+                Ok((last.seq.saturating_add(1), Digest::of(&line)))
+            }
+        }
+    }
+
+    /// The log file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one entry (creating the log, mode 0600, in the state directory if needed).
+    /// Returns the entry written.
+    pub fn append(&self, record: AuditRecord) -> Result<AuditEntry, AuditError> {
+        let io_err = |action| {
+            let path = self.path.clone();
+            move |source| AuditError::Io {
+                action,
+                path,
+                source,
             }
         };
+        let mut file = self.open_locked()?;
+        let (seq, prev) = self.next_link(&mut file)?;
         let entry = AuditEntry {
             seq,
             time: Timestamp::now(),
+            attempt: record.attempt,
             outcome: record.outcome,
             reason: record.reason.map(|r| truncate(r, MAX_REASON_LEN)),
             certificate_digest: record.certificate_digest,
@@ -356,7 +401,7 @@ impl AuditLog {
             policy_id: record.policy_id,
             model_digest: record.model_digest,
             job_digest: record.job_digest,
-            inputs_digest: record.inputs_digest,
+            inputs_commitment: record.inputs_commitment,
             output_digests: record.output_digests,
             prev,
         };
@@ -415,6 +460,7 @@ pub fn verify_chain(mut reader: impl BufRead) -> Result<ChainSummary, VerifyErro
     let mut prev = GENESIS_PREV;
     let mut last = None;
     let mut line_no: u64 = 0;
+    let mut open: Vec<(u64, String)> = Vec::new();
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -448,10 +494,16 @@ pub fn verify_chain(mut reader: impl BufRead) -> Result<ChainSummary, VerifyErro
             }));
         }
         prev = Digest::of(line);
+        match entry.outcome {
+            Outcome::Admitted => open.push((entry.seq, entry.attempt.clone())),
+            Outcome::Accepted | Outcome::Failed => open.retain(|(_, a)| *a != entry.attempt),
+            Outcome::Refused => {}
+        }
         last = Some(entry);
     }
     Ok(ChainSummary {
         entries: line_no,
+        unfinished: open,
         last_digest: last.as_ref().map(|_| prev),
         last,
     })
@@ -527,7 +579,8 @@ mod tests {
 
     fn log() -> (tempfile::TempDir, AuditLog) {
         let dir = tempfile::tempdir().unwrap();
-        let log = AuditLog::open(&dir.path().join("state"));
+        let (state, _) = crate::job::state::StateDir::init(&dir.path().join("state")).unwrap();
+        let log = AuditLog::open(state.path());
         (dir, log)
     }
 
@@ -543,10 +596,10 @@ mod tests {
                         name: "outputs.jsonl".into(),
                         digest: DigestSet::of(format!("out {i}").as_bytes()),
                     }],
-                    ..AuditRecord::new(Outcome::Accepted)
+                    ..AuditRecord::new("t", Outcome::Accepted)
                 },
-                1 => AuditRecord::with_reason(Outcome::Refused, &"the engine source differs"),
-                _ => AuditRecord::with_reason(Outcome::Failed, &"disk full"),
+                1 => AuditRecord::with_reason("t", Outcome::Refused, &"the engine source differs"),
+                _ => AuditRecord::with_reason("t", Outcome::Failed, &"disk full"),
             };
             log.append(record).unwrap();
         }
@@ -588,7 +641,7 @@ mod tests {
         assert_eq!(first["prev"], "0".repeat(64));
         assert_eq!(first["outcome"], "accepted");
         assert_eq!(first["reason"], serde_json::Value::Null);
-        assert_eq!(first["inputs_digest"], serde_json::Value::Null);
+        assert_eq!(first["inputs_commitment"], serde_json::Value::Null);
         let second: serde_json::Value = serde_json::from_slice(&all[1]).unwrap();
         assert_eq!(second["outcome"], "refused");
         assert_eq!(second["reason"], "the engine source differs");
@@ -734,7 +787,9 @@ mod tests {
                 problem: ChainProblem::Truncated
             }
         );
-        let e = log.append(AuditRecord::new(Outcome::Failed)).unwrap_err();
+        let e = log
+            .append(AuditRecord::new("t", Outcome::Failed))
+            .unwrap_err();
         assert!(
             matches!(
                 e,
@@ -794,7 +849,7 @@ mod tests {
         let (_dir, log) = log();
         let long = "é".repeat(3 * MAX_REASON_LEN);
         let e = log
-            .append(AuditRecord::with_reason(Outcome::Refused, &long))
+            .append(AuditRecord::with_reason("t", Outcome::Refused, &long))
             .unwrap();
         assert!(e.reason.as_ref().unwrap().len() <= MAX_REASON_LEN);
         assert!(long.starts_with(e.reason.as_ref().unwrap().as_str()));
@@ -807,11 +862,11 @@ mod tests {
         }
         log.append(AuditRecord {
             output_digests: outputs,
-            ..AuditRecord::new(Outcome::Accepted)
+            ..AuditRecord::new("t", Outcome::Accepted)
         })
         .unwrap();
         assert!(std::fs::metadata(log.path()).unwrap().len() > 3 * 8192);
-        let third = log.append(AuditRecord::new(Outcome::Failed)).unwrap();
+        let third = log.append(AuditRecord::new("t", Outcome::Failed)).unwrap();
         assert_eq!(third.seq, 3);
         assert_eq!(log.verify().unwrap().entries, 3);
     }
@@ -825,7 +880,7 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..15 {
                         let reason = format!("thread {t} attempt {i}");
-                        log.append(AuditRecord::with_reason(Outcome::Refused, &reason))
+                        log.append(AuditRecord::with_reason("t", Outcome::Refused, &reason))
                             .unwrap();
                     }
                 });
@@ -836,11 +891,49 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn creates_private_state_directory_and_log() {
+    fn the_log_is_private_in_its_private_state_directory() {
         use std::os::unix::fs::PermissionsExt;
         let (_dir, log) = filled(1);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(log.path()), 0o600);
         assert_eq!(mode(log.path().parent().unwrap()), 0o700);
+    }
+
+    #[test]
+    fn rejects_appending_when_the_log_is_a_directory_or_its_last_line_is_damaged() {
+        let (_dir, log) = log();
+        std::fs::create_dir(log.path()).unwrap();
+        let e = log.check_appendable().unwrap_err();
+        assert!(matches!(e, AuditError::Io { .. }), "{e}");
+        assert!(e.hint().unwrap().contains("not a directory"), "{e:?}");
+        std::fs::remove_dir(log.path()).unwrap();
+        log.append(AuditRecord::new("a", Outcome::Refused)).unwrap();
+        let mut bytes = std::fs::read(log.path()).unwrap();
+        bytes.truncate(bytes.len() - 3);
+        std::fs::write(log.path(), &bytes).unwrap();
+        let e = log.check_appendable().unwrap_err();
+        assert!(matches!(e, AuditError::Damaged { .. }), "{e}");
+        assert_eq!(e.exit(), Exit::Refused);
+        assert!(e.hint().unwrap().contains("rotate"), "{e:?}");
+    }
+
+    #[test]
+    fn an_admitted_attempt_without_a_closing_entry_is_unfinished() {
+        let (_dir, log) = log();
+        log.append(AuditRecord::new("done", Outcome::Admitted))
+            .unwrap();
+        log.append(AuditRecord::new("killed", Outcome::Admitted))
+            .unwrap();
+        log.append(AuditRecord::new("refused", Outcome::Refused))
+            .unwrap();
+        log.append(AuditRecord::new("done", Outcome::Accepted))
+            .unwrap();
+        log.append(AuditRecord::new("failed", Outcome::Admitted))
+            .unwrap();
+        log.append(AuditRecord::new("failed", Outcome::Failed))
+            .unwrap();
+        let summary = log.verify().unwrap();
+        assert_eq!(summary.entries, 6);
+        assert_eq!(summary.unfinished, vec![(2, "killed".to_string())]);
     }
 }

@@ -202,10 +202,10 @@ impl Generator {
                     problem: "it has no tokens".into(),
                 });
             }
-            if let Some(id) = p.iter().find(|&&id| id as usize >= vocab) {
+            if p.iter().any(|&id| id as usize >= vocab) {
                 return Err(GenerateError::Prompt {
                     index,
-                    problem: format!("token id {id} is outside the vocabulary of {vocab}"),
+                    problem: format!("a token id is outside the vocabulary of {vocab}"),
                 });
             }
             let pad = width - p.len();

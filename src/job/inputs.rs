@@ -1,14 +1,29 @@
 //! The job's private inputs: JSONL, one object per line with a unique `id` and exactly one of
 //! `prompt` (text), `messages` (chat turns) or `tokens` (ids). The whole file is checked before
-//! anything runs; a bad line is refused with its number. Input contents never appear in errors.
+//! anything runs.
+//!
+//! Nothing from the data reaches a message: a bad line is refused with its number and one of a
+//! fixed set of problems ([`LineProblem`]), whose text names only the fields this format
+//! defines. Not serde's messages (which quote values and key names), not the id (ids are the
+//! owners' labels and may be private themselves), not the offending key.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde_json::Value;
 
 use crate::error::{Diagnose, Exit};
 use crate::model::tokenizer::Turn;
+use crate::primitives::canonical::parse_strict;
+
+/// The longest input line, in bytes (a prompt of thousands of tokens is a few tens of KiB).
+pub const MAX_INPUT_LINE_BYTES: usize = 256 << 10;
+
+/// The largest inputs file a policy allowing `max_inputs` inputs lets the runner read.
+pub fn inputs_cap(max_inputs: u32) -> u64 {
+    u64::from(max_inputs).saturating_mul(MAX_INPUT_LINE_BYTES as u64 + 1)
+}
 
 /// What one input asks the model to continue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,44 +43,83 @@ pub struct Input {
     pub id: String,
     /// The prompt.
     pub prompt: Prompt,
+    /// Its 1-based line in the inputs file (how messages name it).
+    pub line: usize,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawInput {
-    id: String,
-    #[serde(default)]
-    prompt: Option<String>,
-    #[serde(default)]
-    messages: Option<Vec<Turn>>,
-    #[serde(default)]
-    tokens: Option<Vec<u32>>,
+/// What is wrong with one line: the only things a message about an input may say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LineProblem {
+    /// Not UTF-8.
+    NotUtf8,
+    /// Longer than [`MAX_INPUT_LINE_BYTES`].
+    TooLong,
+    /// Not JSON; the column where parsing stopped.
+    NotJson {
+        /// 1-based column.
+        column: usize,
+    },
+    /// A key appears twice in an object.
+    DuplicateKey,
+    /// Not a JSON object.
+    NotObject,
+    /// A key the format does not define.
+    UnknownKey,
+    /// `id` missing, not a string, or empty.
+    BadId,
+    /// Not exactly one of `prompt`, `messages`, `tokens`.
+    PromptCount,
+    /// `prompt` is not a string.
+    BadPrompt,
+    /// `messages` is not a non-empty list of `{"role", "content"}` string objects.
+    BadMessages,
+    /// `tokens` is not a non-empty list of integers in `0..2^32`.
+    BadTokens,
+}
+
+impl fmt::Display for LineProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LineProblem::NotUtf8 => f.write_str("not valid UTF-8"),
+            LineProblem::TooLong => write!(f, "longer than {MAX_INPUT_LINE_BYTES} bytes"),
+            LineProblem::NotJson { column } => write!(f, "not valid JSON (column {column})"),
+            LineProblem::DuplicateKey => f.write_str("an object has the same key twice"),
+            LineProblem::NotObject => f.write_str("not a JSON object"),
+            LineProblem::UnknownKey => {
+                f.write_str("a key other than `id`, `prompt`, `messages` and `tokens`")
+            }
+            LineProblem::BadId => f.write_str("`id` must be a non-empty string"),
+            LineProblem::PromptCount => {
+                f.write_str("needs exactly one of `prompt`, `messages`, `tokens`")
+            }
+            LineProblem::BadPrompt => f.write_str("`prompt` must be a string"),
+            LineProblem::BadMessages => f.write_str(
+                "`messages` must be a non-empty list of objects with string `role` and `content`",
+            ),
+            LineProblem::BadTokens => f.write_str(
+                "`tokens` must be a non-empty list of token ids (integers from 0 to 4294967295)",
+            ),
+        }
+    }
 }
 
 /// Why the inputs were refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InputsError {
-    /// The file could not be read.
-    #[error("cannot read inputs {path}: {source}")]
-    Read {
-        /// The inputs file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
     /// A line is not a valid input object.
-    #[error("inputs {path}, line {line}: {problem}")]
+    #[error("inputs {}, line {line}: {problem}", path.display())]
     Line {
         /// The inputs file.
         path: PathBuf,
         /// 1-based line number.
         line: usize,
-        /// What is wrong (never the line's content: inputs are private).
-        problem: String,
+        /// What is wrong.
+        problem: LineProblem,
     },
-    /// Two lines share an id.
-    #[error("inputs {path}, line {line}: id {id:?} already used on line {first}")]
+    /// Two lines share an id (which is not shown).
+    #[error("inputs {}, line {line}: the id is already used on line {first}", path.display())]
     DuplicateId {
         /// The inputs file.
         path: PathBuf,
@@ -73,11 +127,9 @@ pub enum InputsError {
         line: usize,
         /// Line of the first use.
         first: usize,
-        /// The id.
-        id: String,
     },
     /// No inputs at all.
-    #[error("inputs {path} holds no inputs")]
+    #[error("inputs {} holds no inputs", path.display())]
     Empty {
         /// The inputs file.
         path: PathBuf,
@@ -97,68 +149,41 @@ impl Diagnose for InputsError {
     }
 }
 
-/// Read and check every line of an inputs file. Blank lines are skipped.
-pub fn read_inputs(path: &Path) -> Result<Vec<Input>, InputsError> {
-    let bytes = std::fs::read(path).map_err(|source| InputsError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    parse_inputs(&bytes, path)
+/// Read and check every line of an inputs file (no size cap: for tools and tests; `exec`
+/// reads through [`crate::primitives::bounded_read`]).
+pub fn read_inputs(path: &Path) -> Result<Vec<Input>, std::io::Error> {
+    let bytes = std::fs::read(path)?;
+    parse_inputs(&bytes, path).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Parse inputs JSONL; `path` names the file in errors.
+/// Parse inputs JSONL; `path` names the file in errors. Blank lines are skipped.
 pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError> {
     let mut inputs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for (i, raw_line) in bytes.split(|&b| b == b'\n').enumerate() {
+    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let line = i + 1;
-        let bad = |problem: String| InputsError::Line {
+        let bad = |problem| InputsError::Line {
             path: path.to_owned(),
             line,
             problem,
         };
-        let text = std::str::from_utf8(raw_line).map_err(|_| bad("not valid UTF-8".into()))?;
+        if raw.len() > MAX_INPUT_LINE_BYTES {
+            return Err(bad(LineProblem::TooLong));
+        }
+        let text = std::str::from_utf8(raw).map_err(|_| bad(LineProblem::NotUtf8))?;
         if text.trim().is_empty() {
             continue;
         }
-        crate::primitives::canonical::parse_strict(text.as_bytes())
-            .map_err(|e| bad(redact_serde(&e)))?;
-        let raw: RawInput = serde_json::from_str(text).map_err(|e| bad(redact_serde(&e)))?;
-        let given = [
-            raw.prompt.is_some(),
-            raw.messages.is_some(),
-            raw.tokens.is_some(),
-        ];
-        if given.iter().filter(|g| **g).count() != 1 {
-            return Err(bad(
-                "needs exactly one of `prompt`, `messages`, `tokens`".into()
-            ));
-        }
-        if raw.id.is_empty() {
-            return Err(bad("`id` is empty".into()));
-        }
-        let prompt = match (raw.prompt, raw.messages, raw.tokens) {
-            (Some(p), _, _) => Prompt::Text(p),
-            (_, Some(m), _) if m.is_empty() => return Err(bad("`messages` is empty".into())),
-            (_, Some(m), _) => Prompt::Messages(m),
-            (_, _, Some(t)) if t.is_empty() => return Err(bad("`tokens` is empty".into())),
-            (_, _, Some(t)) => Prompt::Tokens(t),
-            _ => {
-                return Err(bad(
-                    "needs exactly one of `prompt`, `messages`, `tokens`".into()
-                ))
-            }
-        };
-        if let Some(&first) = seen.get(&raw.id) {
+        let (id, prompt) = parse_line(text).map_err(bad)?;
+        if let Some(&first) = seen.get(&id) {
             return Err(InputsError::DuplicateId {
                 path: path.to_owned(),
                 line,
                 first,
-                id: raw.id,
             });
         }
-        seen.insert(raw.id.clone(), line);
-        inputs.push(Input { id: raw.id, prompt });
+        seen.insert(id.clone(), line);
+        inputs.push(Input { id, prompt, line });
     }
     if inputs.is_empty() {
         return Err(InputsError::Empty {
@@ -168,20 +193,73 @@ pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError
     Ok(inputs)
 }
 
-/// serde's message without any quoted input value: field names and positions only.
-fn redact_serde(e: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    match e.classify() {
-        Category::Syntax | Category::Eof => format!("not valid JSON (column {})", e.column()),
-        Category::Data => {
-            let msg = e.to_string();
-            // Messages naming fields (unknown/missing/duplicate) carry no input data.
-            if msg.contains("field") || msg.contains("duplicate key") {
-                msg
-            } else {
-                format!("a value has the wrong type (column {})", e.column())
-            }
-        }
-        Category::Io => "unreadable".into(),
+/// One non-blank line.
+fn parse_line(text: &str) -> Result<(String, Prompt), LineProblem> {
+    let value = parse_strict(text.as_bytes()).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => LineProblem::DuplicateKey,
+        _ => LineProblem::NotJson { column: e.column() },
+    })?;
+    let Value::Object(mut fields) = value else {
+        return Err(LineProblem::NotObject);
+    };
+    if fields
+        .keys()
+        .any(|k| !matches!(k.as_str(), "id" | "prompt" | "messages" | "tokens"))
+    {
+        return Err(LineProblem::UnknownKey);
     }
+    let id = match fields.remove("id") {
+        Some(Value::String(id)) if !id.is_empty() => id,
+        _ => return Err(LineProblem::BadId),
+    };
+    let prompt = match (
+        fields.remove("prompt"),
+        fields.remove("messages"),
+        fields.remove("tokens"),
+    ) {
+        (Some(p), None, None) => Prompt::Text(match p {
+            Value::String(s) => s,
+            _ => return Err(LineProblem::BadPrompt),
+        }),
+        (None, Some(m), None) => Prompt::Messages(turns(m).ok_or(LineProblem::BadMessages)?),
+        (None, None, Some(t)) => Prompt::Tokens(token_ids(t).ok_or(LineProblem::BadTokens)?),
+        _ => return Err(LineProblem::PromptCount),
+    };
+    Ok((id, prompt))
+}
+
+fn turns(value: Value) -> Option<Vec<Turn>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.is_empty() {
+        return None;
+    }
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Object(mut turn) = item else {
+                return None;
+            };
+            let (Some(Value::String(role)), Some(Value::String(content))) =
+                (turn.remove("role"), turn.remove("content"))
+            else {
+                return None;
+            };
+            turn.is_empty().then_some(Turn { role, content })
+        })
+        .collect()
+}
+
+fn token_ids(value: Value) -> Option<Vec<u32>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.is_empty() {
+        return None;
+    }
+    items
+        .iter()
+        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
 }

@@ -5,10 +5,12 @@
 
 pub mod admit;
 pub mod audit;
+pub mod exec;
 pub mod generate;
 pub mod inputs;
 pub mod model_value;
 pub mod publish;
+pub mod registry;
 pub mod run;
 pub mod spec;
 pub mod state;

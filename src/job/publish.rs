@@ -1,11 +1,12 @@
 //! Publishing a run's files as one directory, all at once.
 //!
-//! Every file is written, fsynced, into a sibling staging directory
-//! (`.<output_dir>.partial-<pid>`) with the one atomic-write helper
+//! Every file is written (mode 0600), fsynced, into a sibling staging directory (mode 0700,
+//! `.<output_dir>.partial-<pid>-<n>`) with the one atomic-write helper
 //! ([`write_atomic`](crate::primitives::atomic_file::write_atomic)), and the staging directory is
 //! then renamed to `output_dir`. After a crash either the complete set exists or `output_dir`
-//! does not; a stale staging directory from a crashed run is removed by the next run. An
-//! existing non-empty `output_dir` is never overwritten.
+//! does not. A failed publish removes its staging directory; one left by a crashed run is
+//! removed by the next run, and a run still publishing keeps its own (it holds a lock inside
+//! it). An existing non-empty `output_dir` is never overwritten.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -74,7 +75,8 @@ pub fn check_output_dir(dir: &Path) -> Result<(), PublishError> {
     Ok(())
 }
 
-/// Write `files` into a staging directory beside `dir`, fsync, and rename it to `dir`.
+/// Write `files` into a staging directory beside `dir` (mode 0700, each file 0600), fsync, and
+/// rename it to `dir`. On any failure the staging directory is removed.
 pub fn publish(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), PublishError> {
     let name = dir
         .file_name()
@@ -84,39 +86,162 @@ pub fn publish(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), PublishError> 
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
-    fs::create_dir_all(&parent).map_err(io(&parent))?;
     remove_stale_staging(&parent, &name);
-    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir(&staging).map_err(io(&staging))?;
+    let staging = Staging::new(&parent, &name)?;
     let staged = (|| {
         for (file, bytes) in files {
-            write_atomic(&staging.join(file), bytes, 0o644, Overwrite::Refuse)?;
+            write_atomic(&staging.dir.join(file), bytes, 0o600, Overwrite::Refuse)?;
         }
         // An empty output_dir (made by the operator) is replaced; a non-empty one was refused.
         if dir.is_dir() {
             fs::remove_dir(dir).map_err(|_| PublishError::OutputExists(dir.to_owned()))?;
         }
-        fs::rename(&staging, dir).map_err(io(dir))
+        fs::rename(&staging.dir, dir).map_err(io(dir))
     })();
-    if let Err(e) = staged {
-        let _ = fs::remove_dir_all(&staging);
-        return Err(e);
-    }
+    drop(staging);
+    staged?;
     fs::File::open(&parent)
         .and_then(|d| d.sync_all())
         .map_err(io(&parent))?;
     Ok(())
 }
 
-/// Staging directories left by crashed runs of the same output directory.
+/// A staging directory `.<name>.partial-<pid>-<n>` (mode 0700) and its lock file beside it
+/// (`...-<n>.lock`), held for as long as the run publishes, so a concurrent run of the same
+/// output directory leaves it alone. Dropping it removes both; after the rename only the lock
+/// is left to remove.
+struct Staging {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    _lock: fs::File,
+}
+
+impl Staging {
+    fn new(parent: &Path, name: &str) -> Result<Staging, PublishError> {
+        for n in 0u32.. {
+            let dir = parent.join(format!(".{name}.partial-{}-{n}", std::process::id()));
+            let lock_path = lock_of(&dir);
+            // The lock comes first: whenever the directory exists, so does its held lock.
+            let lock = match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock_path)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io(&lock_path)(e)),
+            };
+            let staging = Staging {
+                dir,
+                lock_path,
+                _lock: lock,
+            };
+            staging._lock.lock().map_err(io(&staging.lock_path))?;
+            create_private(&staging.dir).map_err(io(&staging.dir))?;
+            return Ok(staging);
+        }
+        unreachable!("u32 staging names exhausted")
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // Gone already when the rename succeeded.
+        let _ = fs::remove_dir_all(&self.dir);
+        let _ = fs::remove_file(&self.lock_path);
+    }
+}
+
+fn lock_of(staging: &Path) -> PathBuf {
+    let mut name = staging.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+#[cfg(unix)]
+fn create_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private(dir: &Path) -> std::io::Result<()> {
+    fs::create_dir(dir)
+}
+
+/// Staging directories (and lock files) of the same output directory left by runs that
+/// crashed: those whose lock nobody holds.
 fn remove_stale_staging(parent: &Path, name: &str) {
     let prefix = format!(".{name}.partial-");
-    if let Ok(entries) = fs::read_dir(parent) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = fs::remove_dir_all(e.path());
-            }
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file_name = e.file_name().to_string_lossy().into_owned();
+        if !file_name.starts_with(&prefix) || file_name.ends_with(".lock") {
+            continue;
         }
+        let dir = e.path();
+        let lock_path = lock_of(&dir);
+        let abandoned = match fs::File::open(&lock_path) {
+            Ok(lock) => lock.try_lock().is_ok(),
+            // Without a lock file the run that made it is gone (the lock is made first).
+            Err(_) => true,
+        };
+        if abandoned {
+            let _ = fs::remove_dir_all(&dir);
+            let _ = fs::remove_file(&lock_path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut n: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn publishes_private_files_in_a_private_directory_and_nothing_else() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        publish(&out, &[("a.jsonl", b"a"), ("b.json", b"b")]).unwrap();
+        assert_eq!(names(tmp.path()), ["out"]);
+        assert_eq!(names(&out), ["a.jsonl", "b.json"]);
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&out), 0o700);
+        assert_eq!(mode(&out.join("a.jsonl")), 0o600);
+    }
+
+    #[test]
+    fn a_failed_publish_leaves_no_staging_and_no_output_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        // The second file cannot be written (its name holds a directory that does not exist).
+        let err = publish(&out, &[("a.jsonl", b"a"), ("no/such.json", b"b")]).unwrap_err();
+        assert!(matches!(err, PublishError::Write(_)), "{err}");
+        assert_eq!(names(tmp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_concurrent_run_keeps_its_staging_and_a_crashed_one_loses_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = Staging::new(tmp.path(), "out").unwrap();
+        let crashed = tmp.path().join(".out.partial-1-0");
+        fs::create_dir(&crashed).unwrap();
+        fs::write(lock_of(&crashed), b"").unwrap();
+        remove_stale_staging(tmp.path(), "out");
+        assert!(live.dir.exists(), "another run's staging was removed");
+        assert!(!crashed.exists(), "an abandoned staging was kept");
+        drop(live);
+        assert_eq!(names(tmp.path()), Vec::<String>::new());
     }
 }

@@ -10,10 +10,12 @@ use super::generate::{Finish, GenerateError, Settings};
 use super::publish::{check_output_dir, publish, PublishError};
 use crate::error::{Diagnose, Exit};
 use crate::model::files::FileError;
-use crate::model::tokenizer::TokenizerError;
 use crate::primitives::keys::SecretKey;
 use crate::primitives::time::Timestamp;
+use crate::restrict::builtins::Builtin;
+use crate::restrict::diagnostic::Pos;
 use crate::restrict::policy::OutputKind;
+use crate::restrict::RunErrorKind;
 use crate::trust::receipt::{
     sign_receipt, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
 };
@@ -39,12 +41,27 @@ pub enum RunFailure {
     /// The outputs could not be published.
     #[error(transparent)]
     Publish(#[from] PublishError),
-    /// The engine failed.
+    /// The engine failed while running on the private inputs. Only the operation and where it
+    /// is in the source are said: a kernel's own message may carry a value from the data (an
+    /// approved engine could route a private token id into `embed`'s range check).
+    #[error("the engine failed while running, in {what} at line {}, column {} of the engine; the values involved are not shown (inputs are private)", .pos.line, .pos.col)]
+    Engine {
+        /// The operation: a built-in's name in backquotes, or a fixed description.
+        what: String,
+        /// Where in the engine source.
+        pos: Pos,
+    },
+    /// Generation failed for a reason that is not about the data (the engine and checkpoint
+    /// do not fit together).
     #[error(transparent)]
     Generate(Box<GenerateError>),
-    /// Decoding generated tokens failed.
-    #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
+    /// Decoding generated tokens into text failed (the tokenizer's message is not shown: it
+    /// may quote the text).
+    #[error("the tokenizer could not decode the generated tokens of input line {line}")]
+    Decode {
+        /// 1-based line of the input in the inputs file.
+        line: usize,
+    },
     /// The receipt could not be made.
     #[error(transparent)]
     Receipt(#[from] ReceiptError),
@@ -68,7 +85,10 @@ impl Diagnose for RunFailure {
             // An engine that does not fit the checkpoint is the inputs' fault, not the run's.
             RunFailure::Generate(e) => e.exit(),
             RunFailure::Model(e) => e.exit(),
-            _ => Exit::Failure,
+            RunFailure::Receipt(e) => e.exit(),
+            RunFailure::Engine { .. } | RunFailure::Decode { .. } | RunFailure::Io { .. } => {
+                Exit::Failure
+            }
         }
     }
     fn hint(&self) -> Option<String> {
@@ -76,15 +96,50 @@ impl Diagnose for RunFailure {
             RunFailure::Publish(e) => e.hint(),
             RunFailure::Generate(e) => e.hint(),
             RunFailure::Model(e) => e.hint(),
-            _ => None,
+            RunFailure::Receipt(e) => e.hint(),
+            RunFailure::Engine { .. } => Some(
+                "reproduce it on inputs that are not private (the same shapes and lengths) to \
+                 see the kernel's own message"
+                    .into(),
+            ),
+            RunFailure::Decode { .. } | RunFailure::Io { .. } => None,
         }
     }
 }
 
-// Boxed: the engine's errors are large and every result here would carry their size.
 impl From<GenerateError> for RunFailure {
     fn from(e: GenerateError) -> RunFailure {
-        RunFailure::Generate(Box::new(e))
+        match e {
+            GenerateError::Run(run) => RunFailure::Engine {
+                what: operation(&run.kind),
+                pos: run.excerpt.pos(),
+            },
+            // Boxed: the engine's errors are large and every result here would carry their size.
+            other => RunFailure::Generate(Box::new(other)),
+        }
+    }
+}
+
+/// What a run-time error may say about its operation: a built-in's name (from the fixed list,
+/// never text from the engine), or a fixed description.
+fn operation(kind: &RunErrorKind) -> String {
+    let builtin = |op: &str| {
+        // The fused head is `linear+argmax`.
+        let names: Option<Vec<&str>> = op
+            .split('+')
+            .map(|part| Builtin::from_name(part).map(Builtin::name))
+            .collect();
+        names.map_or_else(|| "a built-in".into(), |n| format!("`{}`", n.join("+")))
+    };
+    match kind {
+        RunErrorKind::Kernel { op, .. }
+        | RunErrorKind::Shape { op, .. }
+        | RunErrorKind::BadArgument { op, .. } => builtin(op),
+        RunErrorKind::NotFinite { .. } => "scalar arithmetic".into(),
+        RunErrorKind::Kind { .. } => "an operand of the wrong kind".into(),
+        RunErrorKind::UnknownField { .. } => "a field lookup".into(),
+        RunErrorKind::InputMismatch { .. } => "the step's inputs".into(),
+        RunErrorKind::Internal { .. } => "the interpreter (internal error)".into(),
     }
 }
 
@@ -140,7 +195,10 @@ pub fn run(
             line.insert("id".into(), json!(input.id));
             if g.outputs.contains(&OutputKind::Text) {
                 if let Some(tok) = admitted.tokenizer() {
-                    line.insert("text".into(), json!(tok.decode(&out.tokens)?));
+                    let text = tok
+                        .decode(&out.tokens)
+                        .map_err(|_| RunFailure::Decode { line: input.line })?;
+                    line.insert("text".into(), json!(text));
                 }
             }
             if g.outputs.contains(&OutputKind::Tokens) {
@@ -181,7 +239,7 @@ pub fn run(
         policy_id: cert.policy_id(),
         model_digest: cert.model_digest(),
         job_digest: admitted.job_digest(),
-        inputs_digest: admitted.inputs_digest(),
+        inputs: admitted.inputs_commitment(),
         generation: g.clone(),
         runner: RunnerIdentity::current()?,
         started_at,

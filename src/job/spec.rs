@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Diagnose, Exit};
+use crate::primitives::bounded_read::{read_bounded_text, ReadError, MAX_TEXT_BYTES};
 pub use crate::trust::generation::Generation;
 
 /// A parsed, path-resolved job.
@@ -24,8 +25,6 @@ pub struct JobSpec {
     pub inputs: PathBuf,
     /// Directory `outputs.jsonl` and `receipt.json` are written to.
     pub output_dir: PathBuf,
-    /// The runner's private key, which signs the receipt.
-    pub runner_key: PathBuf,
     /// `tokenizer.json`; default: the model directory's, else the fetched cache.
     pub tokenizer: Option<PathBuf>,
     /// Generation settings.
@@ -39,7 +38,9 @@ struct RawJob {
     model: PathBuf,
     inputs: PathBuf,
     output_dir: PathBuf,
-    runner_key: PathBuf,
+    /// No longer a job setting; present only to refuse it with a clear message.
+    #[serde(default)]
+    runner_key: Option<toml::Value>,
     #[serde(default)]
     tokenizer: Option<PathBuf>,
     generation: Generation,
@@ -50,13 +51,8 @@ struct RawJob {
 #[non_exhaustive]
 pub enum JobError {
     /// The file could not be read.
-    #[error("cannot read job {path}: {source}")]
-    Read {
-        /// The job file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(ReadError),
     /// Not TOML, an unknown key, a missing key or a wrong type.
     #[error("job {path} is malformed: {detail}")]
     Malformed {
@@ -64,6 +60,19 @@ pub enum JobError {
         path: PathBuf,
         /// The TOML reader's message, naming the key and position.
         detail: String,
+    },
+    /// The job names a signing key: the runner's own key signs, and it lives in the state
+    /// directory.
+    #[error("job {path}: `runner_key` is not a job setting: receipts are signed with the runner's own key, kept in its state directory")]
+    RunnerKey {
+        /// The job file.
+        path: PathBuf,
+    },
+    /// The job file is not UTF-8 text.
+    #[error("job {} is not UTF-8 text", path.display())]
+    NotText {
+        /// The job file.
+        path: PathBuf,
     },
     /// A value is out of range.
     #[error("job {path}: `{field}` {problem}")]
@@ -82,8 +91,15 @@ impl Diagnose for JobError {
         Exit::BadInput
     }
     fn hint(&self) -> Option<String> {
+        if let JobError::RunnerKey { .. } = self {
+            return Some(
+                "delete the `runner_key` line; the operator makes the runner's key once with \
+                 `runner init`, and `runner identity` shows its public half"
+                    .into(),
+            );
+        }
         Some(
-            "a job has engine, model, inputs, output_dir, runner_key, optional tokenizer, and a \
+            "a job has engine, model, inputs, output_dir, optional tokenizer, and a \
              [generation] table with batch_size, max_new_tokens, template (\"chat\" or \"raw\") \
              and outputs; see docs/job.md"
                 .into(),
@@ -94,10 +110,7 @@ impl Diagnose for JobError {
 impl JobSpec {
     /// Read and resolve a job file.
     pub fn load(path: &Path) -> Result<JobSpec, JobError> {
-        let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read_bounded_text(path, MAX_TEXT_BYTES, "job").map_err(JobError::File)?;
         JobSpec::parse(&text, path)
     }
 
@@ -113,6 +126,14 @@ impl JobSpec {
             field,
             problem,
         };
+        if raw.runner_key.is_some() {
+            return Err(JobError::RunnerKey {
+                path: path.to_owned(),
+            });
+        }
+        if raw.output_dir.as_os_str().is_empty() {
+            return Err(invalid("output_dir", "is empty".into()));
+        }
         let g = &raw.generation;
         if g.batch_size == 0 {
             return Err(invalid(
@@ -140,7 +161,6 @@ impl JobSpec {
             model: at(&raw.model),
             inputs: at(&raw.inputs),
             output_dir: at(&raw.output_dir),
-            runner_key: at(&raw.runner_key),
             tokenizer: raw.tokenizer.as_deref().map(at),
             generation: raw.generation,
         })

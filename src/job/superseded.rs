@@ -1,27 +1,34 @@
-//! The superseded registry: `STATE_DIR/superseded.jsonl`, append-only, one JSON line
-//! `{"new":..,"old":..,"seen_at":..}` per certificate this runner has seen replaced.
+//! Rollback protection: which certificates this runner has seen replaced, and the highest
+//! version of each lineage it has admitted. Both live in the state directory as append-only
+//! registries ([`super::registry`]).
 //!
-//! `runner exec` records old→new only after the new certificate was fully admitted (signatures
-//! and threshold included), so superseding takes exactly what approving takes; from then on the
-//! old certificate is refused by [`crate::job::admit`] naming its replacement. The registry is
-//! read whole on every exec: a damaged line is an error, never skipped, because skipping it
-//! would silently re-admit a superseded certificate.
+//! - `superseded.jsonl`, one `{"new":..,"old":..,"seen_at":..}` per certificate replaced: once
+//!   a certificate that names `supersedes` is admitted, the old one is refused naming its
+//!   replacement.
+//! - `versions.jsonl`, one `{"certificate":..,"lineage":..,"seen_at":..,"version":..}` per
+//!   certificate admitted: a certificate whose version is below the highest admitted for its
+//!   lineage is refused, whichever certificates in between ever ran here (TUF's rule). A
+//!   `[min_version]` table in trust.toml protects a fresh runner the same way.
+//!
+//! Both are recorded only after the new certificate was fully admitted (signatures and
+//! threshold included), so replacing a certificate takes exactly what approving takes.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{create_private_dir, open_for_append};
-use crate::error::{Diagnose, Exit};
-use crate::primitives::canonical::to_canonical_from;
+use super::registry::JsonLines;
+pub use super::registry::RegistryError;
 use crate::primitives::digest::Digest;
 use crate::primitives::time::Timestamp;
 
-/// File name of the registry inside the state directory.
+/// File name of the superseded registry inside the state directory.
 pub const SUPERSEDED_FILE: &str = "superseded.jsonl";
+/// File name of the admitted versions inside the state directory.
+pub const VERSIONS_FILE: &str = "versions.jsonl";
 
-/// One line of the registry.
+/// One line of the superseded registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Superseded {
@@ -33,137 +40,110 @@ pub struct Superseded {
     pub seen_at: Timestamp,
 }
 
-/// Why the registry could not be read or extended.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegistryError {
-    /// Reading, creating or appending failed.
-    #[error("cannot {action} the superseded registry {path}: {source}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The registry file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A line does not parse.
-    #[error("superseded registry {path} line {line} is damaged: {problem}")]
-    Damaged {
-        /// The registry file.
-        path: PathBuf,
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong with it.
-        problem: String,
-    },
+/// One line of the versions registry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmittedVersion {
+    /// The certificate's lineage.
+    pub lineage: String,
+    /// Its version in that lineage.
+    pub version: u64,
+    /// Its digest.
+    pub certificate: Digest,
+    /// When this runner admitted it.
+    pub seen_at: Timestamp,
 }
 
-impl Diagnose for RegistryError {
-    fn exit(&self) -> Exit {
-        Exit::Failure
-    }
-    fn hint(&self) -> Option<String> {
-        Some(match self {
-            RegistryError::Io { .. } => {
-                "check the state directory's permissions (--state-dir)".into()
-            }
-            RegistryError::Damaged { .. } => {
-                "the registry is append-only: restore it from a backup; do not delete lines, \
-                 that would re-admit superseded certificates"
-                    .into()
-            }
-        })
+/// What the registries say about past certificates, read once per exec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// (old, new) pairs, in order.
+    pub superseded: Vec<(Digest, Digest)>,
+    /// The highest version admitted per lineage.
+    pub highest: BTreeMap<String, u64>,
+}
+
+impl History {
+    /// The certificate that replaced `digest`, if any.
+    pub fn replacement_of(&self, digest: Digest) -> Option<Digest> {
+        self.superseded
+            .iter()
+            .find(|(old, _)| *old == digest)
+            .map(|(_, new)| *new)
     }
 }
 
-/// The registry of one state directory.
+/// The registries of one state directory.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    dir: PathBuf,
-    path: PathBuf,
+    superseded: JsonLines<Superseded>,
+    versions: JsonLines<AdmittedVersion>,
 }
 
 impl Registry {
-    /// The registry in `state_dir` (nothing is created until [`Registry::record`]).
+    /// The registries in `state_dir` (nothing is created until [`Registry::record`]).
     pub fn open(state_dir: &Path) -> Registry {
         Registry {
-            dir: state_dir.to_owned(),
-            path: state_dir.join(SUPERSEDED_FILE),
+            superseded: JsonLines::new(state_dir, SUPERSEDED_FILE, "superseded registry"),
+            versions: JsonLines::new(state_dir, VERSIONS_FILE, "versions registry"),
         }
     }
 
-    /// The registry file.
+    /// The superseded registry's file.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.superseded.path()
     }
 
     /// Every (old, new) pair recorded, in order; empty when the file does not exist yet.
     pub fn pairs(&self) -> Result<Vec<(Digest, Digest)>, RegistryError> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(RegistryError::Io {
-                    action: "read",
-                    path: self.path.clone(),
-                    source,
-                })
-            }
-        };
-        let damaged = |line: usize, problem: String| RegistryError::Damaged {
-            path: self.path.clone(),
-            line,
-            problem,
-        };
-        let mut pairs = Vec::new();
-        let mut lines = bytes.split(|&b| b == b'\n').enumerate().peekable();
-        while let Some((i, line)) = lines.next() {
-            if line.is_empty() {
-                // Only the final newline may leave an empty piece.
-                if lines.peek().is_none() {
-                    break;
-                }
-                return Err(damaged(i + 1, "empty line".into()));
-            }
-            if lines.peek().is_none() {
-                return Err(damaged(i + 1, "the last line is not terminated".into()));
-            }
-            let entry: Superseded =
-                serde_json::from_slice(line).map_err(|e| damaged(i + 1, e.to_string()))?;
-            pairs.push((entry.old, entry.new));
-        }
-        Ok(pairs)
+        Ok(self
+            .superseded
+            .read()?
+            .into_iter()
+            .map(|e| (e.old, e.new))
+            .collect())
     }
 
-    /// Record that `new` replaces `old`, unless that pair is already recorded.
-    pub fn record(&self, old: Digest, new: Digest) -> Result<(), RegistryError> {
-        if self.pairs()?.contains(&(old, new)) {
-            return Ok(());
+    /// Both registries.
+    pub fn history(&self) -> Result<History, RegistryError> {
+        let mut highest: BTreeMap<String, u64> = BTreeMap::new();
+        for v in self.versions.read()? {
+            let h = highest.entry(v.lineage).or_insert(0);
+            *h = (*h).max(v.version);
         }
-        let io = |action| {
-            let path = self.path.clone();
-            move |source| RegistryError::Io {
-                action,
-                path,
-                source,
+        Ok(History {
+            superseded: self.pairs()?,
+            highest,
+        })
+    }
+
+    /// Record an admitted certificate: its lineage and version, and the certificate it
+    /// replaces, if any. Facts already recorded are not written again.
+    pub fn record(
+        &self,
+        certificate: Digest,
+        lineage: &str,
+        version: u64,
+        supersedes: Option<Digest>,
+    ) -> Result<(), RegistryError> {
+        let history = self.history()?;
+        if let Some(old) = supersedes {
+            if !history.superseded.contains(&(old, certificate)) {
+                self.superseded.append(&Superseded {
+                    old,
+                    new: certificate,
+                    seen_at: Timestamp::now(),
+                })?;
             }
-        };
-        create_private_dir(&self.dir).map_err(io("create the directory of"))?;
-        let mut file = open_for_append(&self.path).map_err(io("open"))?;
-        let entry = Superseded {
-            old,
-            new,
-            seen_at: Timestamp::now(),
-        };
-        let mut line = to_canonical_from(&entry).map_err(|e| RegistryError::Damaged {
-            path: self.path.clone(),
-            line: 0,
-            problem: e.to_string(),
-        })?;
-        line.push(b'\n');
-        file.write_all(&line).map_err(io("append to"))?;
-        file.sync_all().map_err(io("sync"))?;
+        }
+        if history.highest.get(lineage).is_none_or(|&h| h < version) {
+            self.versions.append(&AdmittedVersion {
+                lineage: lineage.to_owned(),
+                version,
+                certificate,
+                seen_at: Timestamp::now(),
+            })?;
+        }
         Ok(())
     }
 }
@@ -173,17 +153,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_and_reads_pairs_once() {
+    fn records_pairs_and_versions_once() {
         let dir = tempfile::tempdir().unwrap();
-        let reg = Registry::open(&dir.path().join("state"));
-        assert!(reg.pairs().unwrap().is_empty());
+        let reg = Registry::open(dir.path());
+        assert_eq!(reg.history().unwrap(), History::default());
         let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
-        reg.record(a, b).unwrap();
-        reg.record(a, b).unwrap();
+        reg.record(b, "gemma3", 2, Some(a)).unwrap();
+        reg.record(b, "gemma3", 2, Some(a)).unwrap();
         assert_eq!(reg.pairs().unwrap(), vec![(a, b)]);
+        let h = reg.history().unwrap();
+        assert_eq!(h.highest.get("gemma3"), Some(&2));
+        assert_eq!(h.replacement_of(a), Some(b));
         let text = std::fs::read_to_string(reg.path()).unwrap();
         assert_eq!(text.lines().count(), 1);
         assert!(text.contains("\"seen_at\""));
+        // Recording a lower version never lowers the highest.
+        reg.record(a, "gemma3", 1, None).unwrap();
+        assert_eq!(reg.history().unwrap().highest.get("gemma3"), Some(&2));
     }
 
     #[test]
@@ -196,7 +182,8 @@ mod tests {
             Err(RegistryError::Damaged { line: 1, .. })
         ));
         std::fs::write(reg.path(), b"").unwrap();
-        reg.record(Digest::of(b"a"), Digest::of(b"b")).unwrap();
+        reg.record(Digest::of(b"b"), "l", 1, Some(Digest::of(b"a")))
+            .unwrap();
         let mut text = std::fs::read(reg.path()).unwrap();
         text.pop();
         std::fs::write(reg.path(), &text).unwrap();

@@ -21,7 +21,7 @@
 //! name, or adding or removing one, changes it.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,6 +30,7 @@ use serde::Serialize;
 use super::files::{CheckpointFiles, FileStamp, OpenFile};
 use crate::error::{Diagnose, Exit};
 use crate::memory::MappedFile;
+use crate::primitives::bounded_read::{open_regular, ReadError};
 use crate::primitives::canonical::to_canonical_from;
 use crate::primitives::digest::Digest;
 
@@ -296,7 +297,16 @@ fn hash_file(
         path: path.to_owned(),
         source,
     };
-    let file = File::open(resolved).map_err(read_err)?;
+    // Opened without blocking and typed from the handle: a file swapped for a fifo after
+    // `resolve` looked at it is refused, not waited on.
+    let file = open_regular(resolved, "model file").map_err(|e| match e {
+        ReadError::NotRegular { kind, .. } => ModelDigestError::NotRegular {
+            path: path.to_owned(),
+            kind,
+        },
+        ReadError::Io { source, .. } => read_err(source),
+        other => read_err(std::io::Error::other(other)),
+    })?;
     // Writing back any dirty pages write-protects them in every mapping, so a later write
     // through someone's writable mapping faults and moves ctime (see `files`).
     file.sync_all().map_err(read_err)?;

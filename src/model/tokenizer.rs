@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Diagnose, Exit};
+use crate::primitives::bounded_read::{read_bounded, MAX_TOKENIZER_BYTES};
 
 /// The tokenizer's file name, in a checkpoint directory or the cache.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -101,9 +102,11 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// Load a `tokenizer.json`.
     pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
-        let bytes = std::fs::read(path).map_err(|e| TokenizerError::Load {
-            path: path.to_owned(),
-            detail: e.to_string(),
+        let bytes = read_bounded(path, MAX_TOKENIZER_BYTES, "tokenizer").map_err(|e| {
+            TokenizerError::Load {
+                path: path.to_owned(),
+                detail: e.to_string(),
+            }
         })?;
         Tokenizer::from_bytes(path, &bytes)
     }

@@ -25,6 +25,7 @@ use super::canonical::{parse_strict, to_canonical_from};
 use super::digest::Digest;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
+use crate::primitives::bounded_read::{read_bounded, ReadError, MAX_KEY_BYTES};
 
 /// First line of a private key file.
 pub const PRIVATE_KEY_HEADER: &str = "runner-ed25519-private-key/1 pkcs8-base64";
@@ -46,12 +47,15 @@ pub type KeyId = Digest;
 #[non_exhaustive]
 pub enum KeyError {
     /// The key file could not be read.
-    #[error("cannot read key file {}: {source}", path.display())]
-    Read {
+    #[error(transparent)]
+    File(ReadError),
+    /// A private key file that group or others may read.
+    #[error("private key {} is accessible by group or others (mode {mode:03o})", path.display())]
+    NotPrivate {
         /// The key file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The file is not a private key in our format.
     #[error("{} is not a runner private key: {why}", path.display())]
@@ -81,13 +85,19 @@ impl Diagnose for KeyError {
     fn exit(&self) -> Exit {
         match self {
             KeyError::Random => Exit::Failure,
+            KeyError::File(e) => e.exit(),
+            KeyError::NotPrivate { .. } => Exit::Refused,
             KeyError::Write(e) => e.exit(),
             _ => Exit::BadInput,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
-            KeyError::Read { .. } => Some("check the path given to --key or in trust.toml".into()),
+            KeyError::File(_) => Some("check the path given to --key or in trust.toml".into()),
+            KeyError::NotPrivate { path, .. } => Some(format!(
+                "a private key must be readable by its owner only: chmod 600 {}",
+                path.display()
+            )),
             KeyError::NotPrivateKey { .. } => Some(
                 "pass the private key file written by `runner keygen` (not the .pub file)".into(),
             ),
@@ -139,14 +149,15 @@ impl SecretKey {
 
     /// Read a private key file.
     pub fn load(path: &Path) -> Result<SecretKey, KeyError> {
-        let text = Zeroizing::new(std::fs::read(path).map_err(|source| KeyError::Read {
-            path: path.to_owned(),
-            source,
-        })?);
-        SecretKey::from_file_bytes(&text).map_err(|why| KeyError::NotPrivateKey {
+        let text =
+            Zeroizing::new(read_bounded(path, MAX_KEY_BYTES, "key file").map_err(KeyError::File)?);
+        let key = SecretKey::from_file_bytes(&text).map_err(|why| KeyError::NotPrivateKey {
             path: path.to_owned(),
             why,
-        })
+        })?;
+        // After parsing, so a public key passed by mistake is named as such.
+        check_private_mode(path)?;
+        Ok(key)
     }
 
     fn from_file_bytes(text: &[u8]) -> Result<SecretKey, &'static str> {
@@ -259,10 +270,7 @@ impl PublicKey {
 
     /// Read a public key file.
     pub fn load(path: &Path) -> Result<PublicKey, KeyError> {
-        let bytes = std::fs::read(path).map_err(|source| KeyError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = read_bounded(path, MAX_KEY_BYTES, "key file").map_err(KeyError::File)?;
         PublicKey::from_file_bytes(&bytes).map_err(|detail| KeyError::NotPublicKey {
             path: path.to_owned(),
             detail,
@@ -297,6 +305,25 @@ impl PublicKey {
         }
         Ok(key)
     }
+}
+
+/// Refuse a private key file that group or others may access, as ssh does.
+fn check_private_mode(path: &Path) -> Result<(), KeyError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(KeyError::NotPrivate {
+                    path: path.to_owned(),
+                    mode,
+                });
+            }
+        }
+    }
+    let _ = path;
+    Ok(())
 }
 
 /// Where `runner keygen --out KEY` puts the public key: `KEY.pub`.

@@ -162,6 +162,52 @@ impl fmt::Display for Excerpt {
     }
 }
 
+/// The lines of private regions, found by a scan of the marker lines alone, so it works on a
+/// source that does not lex or parse: a line from a `// @private ...` marker to its `// @end ...`
+/// marker (both included) is private, and so is everything after a region that is never
+/// closed. Errors on these lines are withheld from everyone but the author.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrivateLines {
+    private: Vec<bool>,
+}
+
+impl PrivateLines {
+    /// Scan `source`'s marker lines.
+    pub fn scan(source: &str) -> PrivateLines {
+        let mut depth = 0usize;
+        let private = source
+            .split('\n')
+            .map(|line| {
+                let t = line.trim();
+                if t.starts_with("//") && t[2..].trim_start().starts_with("@private") {
+                    depth += 1;
+                    true
+                } else if t.starts_with("//") && t[2..].trim_start().starts_with("@end") {
+                    depth = depth.saturating_sub(1);
+                    true
+                } else {
+                    depth > 0
+                }
+            })
+            .collect();
+        PrivateLines { private }
+    }
+
+    /// Whether 1-based `line` is private.
+    pub fn contains(&self, line: u32) -> bool {
+        (line as usize)
+            .checked_sub(1)
+            .and_then(|i| self.private.get(i))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Whether the source has any private line.
+    pub fn any(&self) -> bool {
+        self.private.contains(&true)
+    }
+}
+
 /// An error of kind `K` at a position, printed as `message (line:col)` and an excerpt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Located<K> {
@@ -221,6 +267,16 @@ mod tests {
         let text = lines.next().unwrap_or("");
         let caret = lines.next().unwrap_or("");
         assert_eq!(text.find('X'), caret.find('^'));
+    }
+
+    #[test]
+    fn private_lines_run_from_marker_to_marker_and_to_the_end_when_unclosed() {
+        let src = "a\n// @private hide\nb\n  //   @end hide\nc\n// @private obfuscate\nd";
+        let p = PrivateLines::scan(src);
+        let lines: Vec<bool> = (1..=7).map(|l| p.contains(l)).collect();
+        assert_eq!(lines, [false, true, true, true, false, true, true]);
+        assert!(!p.contains(0) && p.contains(7) && !p.contains(99));
+        assert!(!PrivateLines::scan("fn f(x) { return x; }").any());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::diagnostic::{Excerpt, Located, Pos};
+use super::diagnostic::{Excerpt, Located, Pos, PrivateLines};
 use super::marker::RegionKind;
 use crate::error::{Diagnose, Exit};
 use crate::kernels::KernelError;
@@ -151,6 +151,35 @@ pub enum SyntaxErrorKind {
         /// The construct split, e.g. "function `f` (lines 3-9)".
         what: String,
     },
+    /// An error on a line of a private region, as anyone but the author sees it: only its kind.
+    #[error("{0} on a line of a private region (details withheld; the author sees them with `runner restrict --show-private`)")]
+    Withheld(&'static str),
+}
+
+impl SyntaxErrorKind {
+    /// What kind of problem this is, in words that quote nothing from the source.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SyntaxErrorKind::TooLarge { .. } => "the source is too large",
+            SyntaxErrorKind::NonAscii { .. } => "a non-ASCII character",
+            SyntaxErrorKind::ControlChar { .. } => "a control character",
+            SyntaxErrorKind::UnexpectedChar { .. } => "an unexpected character",
+            SyntaxErrorKind::BadNumber { .. } => "a malformed number",
+            SyntaxErrorKind::IdentTooLong { .. } => "an identifier that is too long",
+            SyntaxErrorKind::TooManyTokens { .. } => "too many tokens",
+            SyntaxErrorKind::TooDeep { .. } => "expressions nested too deep",
+            SyntaxErrorKind::TooMany { .. } => "too many definitions or arguments",
+            SyntaxErrorKind::Expected { .. } => "a syntax error",
+            SyntaxErrorKind::MalformedMarker { .. } => "a malformed region marker",
+            SyntaxErrorKind::MarkerNotAlone => "a region marker that is not alone on its line",
+            SyntaxErrorKind::UnopenedRegion { .. } => "an `@end` marker that closes no region",
+            SyntaxErrorKind::MismatchedEnd { .. } => "an `@end` marker of the wrong kind",
+            SyntaxErrorKind::UnclosedRegion { .. } => "a region that is never closed",
+            SyntaxErrorKind::BadNesting { .. } => "regions nested in a way that is not allowed",
+            SyntaxErrorKind::SplitsConstruct { .. } => "a region boundary inside a construct",
+            SyntaxErrorKind::Withheld(label) => label,
+        }
+    }
 }
 
 /// Why a well-formed engine is not a valid program.
@@ -231,6 +260,51 @@ pub enum ProgramErrorKind {
         /// The cycle, e.g. "`a` calls `b` (4:5), `b` calls `a` (9:12)".
         cycle: String,
     },
+    /// A call graph whose plan would make more built-in calls per step than the limit (a
+    /// function calling another twice, sixty levels deep, is 2^60 calls).
+    #[error("`{name}` would make {calls} built-in calls per step (counting a scan body once), more than the limit of {limit}")]
+    TooMuchWork {
+        /// The function.
+        name: String,
+        /// Its calls, saturating at `u64::MAX`.
+        calls: u64,
+        /// [`super::MAX_CALLS_PER_STEP`].
+        limit: u64,
+    },
+    /// An error that concerns a private region, as anyone but the author sees it: only its
+    /// kind.
+    #[error("{0} in a private region (details withheld; the author sees them with `runner restrict --show-private`)")]
+    Withheld(&'static str),
+}
+
+impl ProgramErrorKind {
+    /// What kind of problem this is, in words that quote nothing from the source.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ProgramErrorKind::UnknownFunction { .. } => "a call to an unknown function",
+            ProgramErrorKind::UnknownVariable { .. } => "an unknown variable",
+            ProgramErrorKind::FunctionAsValue { .. } => "a function used as a value",
+            ProgramErrorKind::WrongArity { .. } => "a call with the wrong number of arguments",
+            ProgramErrorKind::DuplicateFunction { .. } => "a function defined twice",
+            ProgramErrorKind::ShadowsBuiltin { .. } => "a function named like a built-in",
+            ProgramErrorKind::BindsFunctionName { .. } => "a binding named like a function",
+            ProgramErrorKind::DuplicateParam { .. } => "a parameter declared twice",
+            ProgramErrorKind::ScanBody { .. } => "a scan whose body is not a user function",
+            ProgramErrorKind::ScanArgs { .. } => "a scan with the wrong arguments",
+            ProgramErrorKind::Recursion { .. } => "recursion",
+            ProgramErrorKind::TooMuchWork { .. } => "a call graph with too much work per step",
+            ProgramErrorKind::Withheld(label) => label,
+        }
+    }
+
+    /// Whether the message names functions from elsewhere in the source (a cycle's members), so
+    /// that it is withheld whenever the source has private regions.
+    fn names_other_functions(&self) -> bool {
+        matches!(
+            self,
+            ProgramErrorKind::Recursion { .. } | ProgramErrorKind::TooMuchWork { .. }
+        )
+    }
 }
 
 /// A call in a private region that reaches a built-in the policy does not allow.
@@ -243,6 +317,8 @@ pub struct Violation {
     pub via: Option<Via>,
     /// The private call site.
     pub excerpt: Excerpt,
+    /// Shown to anyone but the author: the functions on the way and the line are not named.
+    pub withheld: bool,
 }
 
 /// The path from a private call to a disallowed built-in through user functions.
@@ -254,6 +330,9 @@ pub struct Via {
     pub caller: String,
     /// Where that call is.
     pub at: Pos,
+    /// Whether `function` and `caller` are defined outside private regions (their names are
+    /// then public: the owners' view shows them).
+    pub public: (bool, bool),
 }
 
 impl Violation {
@@ -271,6 +350,23 @@ impl fmt::Display for Violation {
                 "private region calls `{}`, which the policy does not allow",
                 self.builtin
             )?,
+            Some(via) if self.withheld => {
+                let name = |n: &str, public: bool| {
+                    if public {
+                        format!("`{n}`")
+                    } else {
+                        "a private function".to_owned()
+                    }
+                };
+                write!(
+                    f,
+                    "private region calls {}, which reaches `{}` (called in {}), which the \
+                     policy does not allow",
+                    name(&via.function, via.public.0),
+                    self.builtin,
+                    name(&via.caller, via.public.1),
+                )?
+            }
             Some(via) => write!(
                 f,
                 "private region calls `{}`, which reaches `{}` (called in `{}` at {}), which the \
@@ -343,6 +439,65 @@ impl fmt::Display for RestrictError {
 }
 
 impl std::error::Error for RestrictError {}
+
+impl RestrictError {
+    /// The error as anyone but the engine's author may see it: an error on a line of a private
+    /// region keeps its position and kind but loses its message and excerpt; a violation (always
+    /// in a private region) loses its excerpt and the names of the functions on the way; a
+    /// recursion or work-limit error, which names functions from anywhere, is withheld whenever
+    /// the source has private regions. Everything else stays: public lines are what owners
+    /// read in the view anyway.
+    pub fn withhold_private(self, source: &str) -> RestrictError {
+        let private = PrivateLines::scan(source);
+        match self {
+            RestrictError::Syntax { origin, error } => {
+                let error = if private.contains(error.pos().line) {
+                    Located {
+                        kind: SyntaxErrorKind::Withheld(error.kind.label()),
+                        excerpt: Excerpt::withheld(error.pos()),
+                    }
+                } else {
+                    error
+                };
+                RestrictError::Syntax { origin, error }
+            }
+            RestrictError::Program { origin, errors } => RestrictError::Program {
+                origin,
+                errors: errors
+                    .into_iter()
+                    .map(|e| {
+                        let hide = private.contains(e.pos().line)
+                            || (private.any() && e.kind.names_other_functions());
+                        if hide {
+                            Located {
+                                kind: ProgramErrorKind::Withheld(e.kind.label()),
+                                excerpt: Excerpt::withheld(e.pos()),
+                            }
+                        } else {
+                            e
+                        }
+                    })
+                    .collect(),
+            },
+            RestrictError::Violations {
+                origin,
+                policy,
+                violations,
+            } => RestrictError::Violations {
+                origin,
+                policy,
+                violations: violations
+                    .into_iter()
+                    .map(|v| Violation {
+                        excerpt: Excerpt::withheld(v.pos()),
+                        withheld: true,
+                        ..v
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
 
 impl Diagnose for RestrictError {
     fn exit(&self) -> Exit {

@@ -42,7 +42,7 @@ pub use report::Report;
 pub use value::{
     InputError, Inputs, Record, Signature, State, StateHandle, StateKind, Type, Value,
 };
-pub use verify::{check, check_bytes, Checked};
+pub use verify::{check, check_bytes, check_bytes_showing_private, check_showing_private, Checked};
 
 /// Version of the restrict verifier. It is part of every `policy_id`, so a policy approved under
 /// one verifier is not silently trusted under another.
@@ -60,3 +60,7 @@ pub const MAX_IDENT_LEN: usize = 64;
 pub const MAX_FUNCTIONS: usize = 1024;
 /// Most parameters of a function, or arguments of a call.
 pub const MAX_ARGS: usize = 64;
+/// Most built-in calls one call of a function may make, through every user function it calls
+/// (a scan body counted once). A Gemma 3 step makes a few dozen per layer; a call graph that
+/// doubles at every level reaches this in twenty levels.
+pub const MAX_CALLS_PER_STEP: u64 = 1_000_000;

@@ -10,11 +10,12 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Diagnose, Exit};
+use crate::primitives::bounded_read::{read_bounded, ReadError, MAX_TEXT_BYTES};
 use crate::primitives::canonical::{self, parse_strict};
 
 /// The policy file format this runner reads.
@@ -104,13 +105,8 @@ impl fmt::Debug for PolicyId {
 #[non_exhaustive]
 pub enum PolicyError {
     /// The file could not be read.
-    #[error("cannot read policy {path}: {source}")]
-    Read {
-        /// The policy file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(ReadError),
     /// Not JSON, a duplicate key, an unknown field, a wrong type or a missing field.
     #[error("policy {origin} is malformed: {detail}")]
     Malformed {
@@ -165,11 +161,14 @@ pub enum PolicyError {
 
 impl Diagnose for PolicyError {
     fn exit(&self) -> Exit {
-        Exit::BadInput
+        match self {
+            PolicyError::File(e) => e.exit(),
+            _ => Exit::BadInput,
+        }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            PolicyError::Read { .. } => "check the path given to --policy".into(),
+            PolicyError::File(_) => "check the path given to --policy".into(),
             PolicyError::Malformed { .. } => "a policy has exactly the fields schema, name, \
                 allow_functions, disallow_functions, limits {max_batch, max_new_tokens, \
                 max_prompt_tokens, max_inputs} and outputs; see policies/gemma3.json"
@@ -232,10 +231,7 @@ fn pattern_matches(pattern: &str, name: &str) -> bool {
 impl Policy {
     /// Read and validate a policy file.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let bytes = std::fs::read(path).map_err(|source| PolicyError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = read_bounded(path, MAX_TEXT_BYTES, "policy").map_err(PolicyError::File)?;
         Policy::from_json(&bytes, &path.display().to_string())
     }
 

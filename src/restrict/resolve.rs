@@ -13,6 +13,7 @@ use super::ast::{Expr, ExprKind, Function, Ident, Program};
 use super::builtins::Builtin;
 use super::diagnostic::{LineIndex, Located, Pos};
 use super::error::{ProgramError, ProgramErrorKind};
+use super::MAX_CALLS_PER_STEP;
 
 /// The name of the scan form.
 pub const SCAN: &str = "scan";
@@ -120,6 +121,9 @@ pub fn resolve(source: &str, program: &Program) -> Result<Resolved, Vec<ProgramE
         r.function(i, f);
     }
     r.check_cycles(program);
+    if r.errors.is_empty() {
+        r.check_work(program);
+    }
     if r.errors.is_empty() {
         Ok(r.out)
     } else {
@@ -412,6 +416,63 @@ impl Resolver<'_> {
         }
         for (cycle, pos) in found {
             self.error(ProgramErrorKind::Recursion { cycle }, pos);
+        }
+    }
+}
+
+impl Resolver<'_> {
+    /// Refuse a function whose calls, followed through user functions, make more than
+    /// [`MAX_CALLS_PER_STEP`] built-in calls (a scan body counted once: the stack's length is
+    /// the checkpoint's layer count, bounded by real weights). Run only on an acyclic graph, so
+    /// each function's count is the sum over its calls, memoised.
+    fn check_work(&mut self, program: &Program) {
+        let n = program.functions.len();
+        let mut calls: Vec<Vec<Target>> = vec![Vec::new(); n];
+        for c in &self.out.calls {
+            if let Some(list) = calls.get_mut(c.caller) {
+                list.push(c.target);
+            }
+        }
+        let mut work: Vec<Option<u64>> = vec![None; n];
+        for root in 0..n {
+            // Post-order walk: a function's count once all its callees' are known.
+            let mut stack = vec![(root, false)];
+            while let Some((f, expanded)) = stack.pop() {
+                if work[f].is_some() {
+                    continue;
+                }
+                if !expanded {
+                    stack.push((f, true));
+                    for t in &calls[f] {
+                        if let Target::Function(g) = *t {
+                            if work[g].is_none() {
+                                stack.push((g, false));
+                            }
+                        }
+                    }
+                    continue;
+                }
+                let total = calls[f].iter().fold(0u64, |sum, t| {
+                    sum.saturating_add(match *t {
+                        Target::Builtin(_) => 1,
+                        Target::Function(g) => work[g].unwrap_or(0),
+                    })
+                });
+                work[f] = Some(total);
+            }
+        }
+        for (f, w) in program.functions.iter().zip(&work) {
+            let calls = w.unwrap_or(0);
+            if calls > MAX_CALLS_PER_STEP {
+                self.error(
+                    ProgramErrorKind::TooMuchWork {
+                        name: f.name.name.clone(),
+                        calls,
+                        limit: MAX_CALLS_PER_STEP,
+                    },
+                    f.name.pos,
+                );
+            }
         }
     }
 }

@@ -77,6 +77,16 @@ pub(super) struct CheckedParts {
 /// checks every call reachable from a private region against the policy, and renders the
 /// owner's view. Returns every violation at once, or the first syntax error.
 pub fn check(source: &str, origin: &str, policy: &Policy) -> Result<Checked, RestrictError> {
+    check_showing_private(source, origin, policy).map_err(|e| e.withhold_private(source))
+}
+
+/// [`check`], with errors in private regions shown in full: for the engine's author only
+/// (`runner restrict --show-private`), never for owners, operators or logs.
+pub fn check_showing_private(
+    source: &str,
+    origin: &str,
+    policy: &Policy,
+) -> Result<Checked, RestrictError> {
     let syntax = |error| RestrictError::Syntax {
         origin: origin.to_owned(),
         error,
@@ -131,6 +141,24 @@ pub fn check(source: &str, origin: &str, policy: &Policy) -> Result<Checked, Res
 
 /// [`check`] for raw file bytes: anything but ASCII is refused with its line:col first.
 pub fn check_bytes(source: &[u8], origin: &str, policy: &Policy) -> Result<Checked, RestrictError> {
+    check_bytes_with(source, origin, policy, check)
+}
+
+/// [`check_bytes`] with errors in private regions shown in full (see [`check_showing_private`]).
+pub fn check_bytes_showing_private(
+    source: &[u8],
+    origin: &str,
+    policy: &Policy,
+) -> Result<Checked, RestrictError> {
+    check_bytes_with(source, origin, policy, check_showing_private)
+}
+
+fn check_bytes_with(
+    source: &[u8],
+    origin: &str,
+    policy: &Policy,
+    check: fn(&str, &str, &Policy) -> Result<Checked, RestrictError>,
+) -> Result<Checked, RestrictError> {
     let text = super::lexer::source_from_bytes(source).map_err(|error| RestrictError::Syntax {
         origin: origin.to_owned(),
         error,
@@ -158,6 +186,12 @@ fn check_policy(
             list.push(g);
         }
     }
+    let defined_private = |i: usize| {
+        program
+            .functions
+            .get(i)
+            .is_none_or(|f| regions.is_private(f.name.pos.line))
+    };
     let name = |i: usize| {
         program
             .functions
@@ -180,6 +214,7 @@ fn check_policy(
                         builtin: b.name().to_owned(),
                         via: None,
                         excerpt: Excerpt::indexed(source, &lines, call.pos),
+                        withheld: false,
                     });
                 }
             }
@@ -196,8 +231,10 @@ fn check_policy(
                                 function: name(g),
                                 caller: name(caller),
                                 at,
+                                public: (!defined_private(g), !defined_private(caller)),
                             }),
                             excerpt: Excerpt::indexed(source, &lines, call.pos),
+                            withheld: false,
                         });
                     }
                 }

@@ -13,13 +13,13 @@
 //! validity window non-empty). Signatures are *not* checked here: that is [`super::verify`].
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Diagnose, Exit};
 use crate::primitives::atomic_file::WriteError;
+use crate::primitives::bounded_read::{read_bounded, ReadError, MAX_DOCUMENT_BYTES};
 use crate::primitives::canonical::{parse_strict, to_canonical_from};
 use crate::primitives::digest::Digest;
 use crate::primitives::dsse::{DsseError, Envelope};
@@ -32,13 +32,13 @@ use crate::restrict::{Checked, RegionKind, Report};
 pub const CERTIFICATE_PAYLOAD_TYPE: &str = "application/vnd.runner.certificate+json; version=1";
 
 /// `schema` field of a certificate payload.
-pub const CERTIFICATE_SCHEMA: &str = "runner-certificate/1";
+pub const CERTIFICATE_SCHEMA: &str = "runner-certificate/2";
 
 /// Validity when `--expires` is not given: issued_at plus this many days.
 pub const DEFAULT_VALIDITY_DAYS: i64 = 90;
 
 /// Largest certificate file read, so a wrong path cannot make us read gigabytes.
-pub const MAX_CERTIFICATE_BYTES: u64 = 16 << 20;
+pub const MAX_CERTIFICATE_BYTES: u64 = MAX_DOCUMENT_BYTES;
 
 /// Longest `note`, in bytes.
 pub const MAX_NOTE_LEN: usize = 4096;
@@ -110,12 +110,11 @@ pub struct EngineFacts {
 }
 
 impl EngineFacts {
-    /// Read an engine source file; the verifier still has to run on the bytes.
-    pub fn read_source(path: &Path) -> Result<Vec<u8>, CertError> {
-        std::fs::read(path).map_err(|source| CertError::ReadEngine {
-            path: path.to_owned(),
-            source,
-        })
+    /// Read an engine source file (a regular file of at most
+    /// [`MAX_SOURCE_BYTES`](crate::restrict::MAX_SOURCE_BYTES)); the verifier still has to run
+    /// on the bytes.
+    pub fn read_source(path: &Path) -> Result<Vec<u8>, ReadError> {
+        read_bounded(path, crate::restrict::MAX_SOURCE_BYTES as u64, "engine")
     }
 
     /// Name, digest and verifier report of an engine the verifier accepted.
@@ -157,6 +156,11 @@ pub struct Terms {
     pub expires_at: Option<Timestamp>,
     /// Digest of the certificate this one replaces.
     pub supersedes: Option<Digest>,
+    /// The line of certificates this one belongs to (rollback protection compares versions
+    /// within a lineage).
+    pub lineage: String,
+    /// Its version in the lineage: 1 for the first, the replaced one's plus one after.
+    pub version: u64,
     /// Free text for the other owners.
     pub note: Option<String>,
 }
@@ -200,6 +204,11 @@ pub struct CertificatePayload {
     pub expires_at: Timestamp,
     /// Digest of the certificate replaced, or `null`.
     pub supersedes: Option<Digest>,
+    /// The lineage this certificate belongs to.
+    pub lineage: String,
+    /// Its version in the lineage, from 1; a runner refuses a version below the highest it has
+    /// admitted for the lineage.
+    pub version: u64,
     /// Free text, or `null`.
     pub note: Option<String>,
 }
@@ -209,19 +218,8 @@ pub struct CertificatePayload {
 #[non_exhaustive]
 pub enum CertError {
     /// The certificate file could not be read.
-    #[error("cannot read certificate {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is far larger than any certificate.
-    #[error("{} is larger than {MAX_CERTIFICATE_BYTES} bytes; it is not a certificate", path.display())]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-    },
+    #[error(transparent)]
+    File(ReadError),
     /// The DSSE envelope is malformed.
     #[error(transparent)]
     Envelope(#[from] DsseError),
@@ -245,6 +243,12 @@ pub enum CertError {
     /// A trusted key's signature does not verify (deliberately without detail).
     #[error("signature by key {} does not verify", .key_id.to_hex())]
     BadSignature {
+        /// The key named by the signature.
+        key_id: KeyId,
+    },
+    /// A signature by a key the trust configuration does not list (refused when co-signing).
+    #[error("the certificate carries a signature by key {}, which is not an owner in the trust configuration, so it cannot be checked", .key_id.to_hex())]
+    UnknownSigner {
         /// The key named by the signature.
         key_id: KeyId,
     },
@@ -333,11 +337,13 @@ fn untrusted_note(untrusted: &[KeyId]) -> String {
 impl Diagnose for CertError {
     fn exit(&self) -> Exit {
         match self {
+            CertError::File(e) => e.exit(),
             CertError::Envelope(e) => e.exit(),
             CertError::Write(e) => e.exit(),
             CertError::WrongPayloadType { .. }
             | CertError::Inconsistent { .. }
             | CertError::BadSignature { .. }
+            | CertError::UnknownSigner { .. }
             | CertError::ThresholdNotMet { .. }
             | CertError::Revoked { .. }
             | CertError::NotYetValid { .. }
@@ -347,9 +353,7 @@ impl Diagnose for CertError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            CertError::Read { .. } | CertError::TooLarge { .. } => {
-                "pass the cert.json written by `runner approve`".into()
-            }
+            CertError::File(_) => "pass the cert.json written by `runner approve`".into(),
             CertError::Envelope(e) => return e.hint(),
             CertError::WrongPayloadType { .. } => {
                 "this file is another kind of signed document; pass a certificate".into()
@@ -359,6 +363,9 @@ impl Diagnose for CertError {
             }
             CertError::BadSignature { .. } => "the certificate was altered after signing, or the \
                 key file in trust.toml is not the one that signed; get an unmodified copy"
+                .into(),
+            CertError::UnknownSigner { .. } => "pass --trust with a configuration that lists \
+                every owner who signed, or ask where the certificate came from"
                 .into(),
             CertError::ThresholdNotMet { .. } => "more owners listed in trust.toml must sign: \
                 `runner cosign cert.json --key OWNER.key`"
@@ -468,6 +475,8 @@ pub fn build_payload(engine: EngineFacts, terms: Terms) -> Result<CertificatePay
         valid_from,
         expires_at,
         supersedes: terms.supersedes,
+        lineage: terms.lineage,
+        version: terms.version,
         note: terms.note,
     };
     payload.check()?;
@@ -483,6 +492,14 @@ impl CertificatePayload {
     /// Parse payload bytes strictly (see the module doc).
     pub fn from_bytes(bytes: &[u8]) -> Result<CertificatePayload, CertError> {
         let value = parse_strict(bytes).map_err(|e| CertError::Payload(e.to_string()))?;
+        if let Some(schema) = value.get("schema").and_then(|s| s.as_str()) {
+            if schema != CERTIFICATE_SCHEMA {
+                return Err(CertError::Payload(format!(
+                    "field `schema` is {schema:?}, expected {CERTIFICATE_SCHEMA:?} (a certificate \
+                     from before lineages and versions: the owners must approve it again)"
+                )));
+            }
+        }
         let payload: CertificatePayload =
             serde_json::from_value(value).map_err(|e| CertError::Payload(e.to_string()))?;
         if payload.schema != CERTIFICATE_SCHEMA {
@@ -509,6 +526,13 @@ impl CertificatePayload {
             .map_err(|why| CertError::Payload(format!("field `engine.name` {why}")))?;
         check_engine_name(&self.verifier_version)
             .map_err(|why| CertError::Payload(format!("field `verifier_version` {why}")))?;
+        check_engine_name(&self.lineage)
+            .map_err(|why| CertError::Payload(format!("field `lineage` {why}")))?;
+        if self.version == 0 {
+            return Err(CertError::Payload(
+                "field `version` is 0; versions start at 1".into(),
+            ));
+        }
         if let Some(report) = &self.engine.restrict {
             if report
                 .private_ranges
@@ -633,21 +657,7 @@ impl Certificate {
     }
 }
 
-/// Read a certificate file, refusing anything larger than [`MAX_CERTIFICATE_BYTES`].
+/// Read a certificate file: a regular file of at most [`MAX_CERTIFICATE_BYTES`].
 pub fn read_certificate_file(path: &Path) -> Result<Vec<u8>, CertError> {
-    let read_err = |source| CertError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CERTIFICATE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_CERTIFICATE_BYTES {
-        return Err(CertError::TooLarge {
-            path: path.to_owned(),
-        });
-    }
-    Ok(bytes)
+    read_bounded(path, MAX_CERTIFICATE_BYTES, "certificate").map_err(CertError::File)
 }

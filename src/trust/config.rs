@@ -5,6 +5,9 @@
 //! required_signatures = 2
 //! owners = ["keys/owner-a.key.pub", "keys/owner-b.key.pub"]   # relative to this file
 //! revoked = ["<certificate digest, 64 hex>"]                   # optional
+//!
+//! [min_version]          # optional: the lowest version admitted per lineage
+//! gemma3 = 3
 //! ```
 //!
 //! Unknown keys are refused. Owners are counted by key id, so listing the same key twice (under
@@ -17,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Diagnose, Exit};
+use crate::primitives::bounded_read::{read_bounded_text, ReadError, MAX_TEXT_BYTES};
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::{KeyError, KeyId, PublicKey};
 
@@ -29,6 +33,7 @@ pub struct TrustConfig {
     required: usize,
     owners: BTreeMap<KeyId, PublicKey>,
     revoked: BTreeSet<Digest>,
+    min_version: BTreeMap<String, u64>,
 }
 
 /// Why the trust configuration was refused.
@@ -36,13 +41,8 @@ pub struct TrustConfig {
 #[non_exhaustive]
 pub enum TrustConfigError {
     /// The file could not be read.
-    #[error("cannot read trust configuration {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    File(ReadError),
     /// Not TOML, or an unknown, missing or mistyped key.
     #[error("trust configuration {} is malformed: {detail}", path.display())]
     Malformed {
@@ -81,15 +81,19 @@ pub enum TrustConfigError {
 
 impl Diagnose for TrustConfigError {
     fn exit(&self) -> Exit {
-        Exit::BadInput
+        match self {
+            TrustConfigError::File(e) => e.exit(),
+            _ => Exit::BadInput,
+        }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            TrustConfigError::Read { .. } => "create trust.toml (see examples/trust.toml) or pass \
+            TrustConfigError::File(_) => "create trust.toml (see examples/trust.toml) or pass \
                 --trust FILE"
                 .into(),
-            TrustConfigError::Malformed { .. } => "trust.toml has exactly the keys \
-                required_signatures, owners and (optionally) revoked; see examples/trust.toml"
+            TrustConfigError::Malformed { .. } => "trust.toml has the keys required_signatures \
+                and owners, and optionally revoked and a [min_version] table; see \
+                examples/trust.toml"
                 .into(),
             TrustConfigError::Owner { .. } => {
                 "owner paths are relative to the trust file's directory \
@@ -113,6 +117,8 @@ struct TrustFile {
     owners: Vec<PathBuf>,
     #[serde(default)]
     revoked: Vec<String>,
+    #[serde(default)]
+    min_version: BTreeMap<String, u64>,
 }
 
 impl TrustConfig {
@@ -137,15 +143,14 @@ impl TrustConfig {
             required,
             owners,
             revoked: revoked.into_iter().collect(),
+            min_version: BTreeMap::new(),
         })
     }
 
     /// Read and validate a trust file; owner paths are relative to its directory.
     pub fn load(path: &Path) -> Result<TrustConfig, TrustConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TrustConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read_bounded_text(path, MAX_TEXT_BYTES, "trust configuration")
+            .map_err(TrustConfigError::File)?;
         let file: TrustFile = toml::from_str(&text).map_err(|e| TrustConfigError::Malformed {
             path: path.to_owned(),
             detail: e.to_string().trim_end().to_owned(),
@@ -175,7 +180,20 @@ impl TrustConfig {
                 }
             }
         }
-        TrustConfig::new(owners, file.required_signatures, revoked, path)
+        let mut config = TrustConfig::new(owners, file.required_signatures, revoked, path)?;
+        config.min_version = file.min_version;
+        Ok(config)
+    }
+
+    /// The same configuration, also pinning `lineage` to at least `version`.
+    pub fn with_min_version(mut self, lineage: &str, version: u64) -> TrustConfig {
+        self.min_version.insert(lineage.to_owned(), version);
+        self
+    }
+
+    /// The lowest version of `lineage` this configuration admits (0: no pin).
+    pub fn min_version(&self, lineage: &str) -> u64 {
+        self.min_version.get(lineage).copied().unwrap_or(0)
     }
 
     /// How many distinct owners must sign.
@@ -328,7 +346,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
             TrustConfig::load(&dir.path().join("trust.toml")),
-            Err(TrustConfigError::Read { .. })
+            Err(TrustConfigError::File(_))
         ));
         let p = write(
             dir.path(),

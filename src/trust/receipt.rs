@@ -18,7 +18,6 @@
 //! [`verify_receipt`] is the check a result recipient runs; its order is in its doc comment and
 //! in docs/receipts.md.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
@@ -28,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::certificate::Certificate;
 use super::generation::Generation;
 use crate::error::{Diagnose, Exit};
+use crate::primitives::bounded_read::{open_regular, read_bounded, ReadError};
 use crate::primitives::canonical::{parse_strict, to_canonical_from};
 use crate::primitives::digest::Digest;
 use crate::primitives::dsse::{DsseError, Envelope};
@@ -51,7 +51,7 @@ pub const RECEIPT_FILE: &str = "receipt.json";
 pub const OUTPUTS_FILE: &str = "outputs.jsonl";
 
 /// Largest receipt file read, so a wrong path cannot make us read gigabytes.
-pub const MAX_RECEIPT_BYTES: u64 = 16 << 20;
+pub const MAX_RECEIPT_BYTES: u64 = crate::primitives::bounded_read::MAX_DOCUMENT_BYTES;
 
 /// Longest subject name (a file name on common filesystems).
 const MAX_NAME_LEN: usize = 255;
@@ -76,7 +76,7 @@ impl DigestSet {
 
     /// Both digests of a file, read in chunks (outputs may be large).
     pub fn of_file(path: &Path) -> io::Result<DigestSet> {
-        let mut file = File::open(path)?;
+        let mut file = open_regular(path, "output").map_err(io::Error::other)?;
         let mut h = Hashers::new();
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -170,6 +170,49 @@ pub struct RunCounts {
     pub finish_reasons: FinishReasons,
 }
 
+/// BLAKE3 derive-key context of the inputs commitment.
+pub const INPUTS_COMMITMENT_CONTEXT: &str = "runner 2026-12 inputs commitment v1";
+
+/// A salted commitment to the inputs file: BLAKE3 in derive-key mode under
+/// [`INPUTS_COMMITMENT_CONTEXT`] of a random 32-byte salt followed by the file's bytes. A plain
+/// digest of a small input (one secret token id, say) could be inverted by hashing every
+/// candidate; with the salt it cannot, and the data owner, who holds the inputs, still
+/// recomputes it from the salt the receipt carries ([`InputsCommitment::opens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputsCommitment {
+    /// The salt (32 random bytes, as 64 hex digits).
+    pub salt: Digest,
+    /// The commitment.
+    pub commitment: Digest,
+}
+
+impl InputsCommitment {
+    /// The commitment to `bytes` under `salt`.
+    pub fn with_salt(salt: Digest, bytes: &[u8]) -> InputsCommitment {
+        let mut h = blake3::Hasher::new_derive_key(INPUTS_COMMITMENT_CONTEXT);
+        h.update(&salt.0);
+        h.update(bytes);
+        InputsCommitment {
+            salt,
+            commitment: Digest(*h.finalize().as_bytes()),
+        }
+    }
+
+    /// A commitment under a fresh random salt; `None` when the system's generator fails.
+    pub fn new(bytes: &[u8]) -> Option<InputsCommitment> {
+        use ring::rand::SecureRandom as _;
+        let mut salt = [0u8; 32];
+        ring::rand::SystemRandom::new().fill(&mut salt).ok()?;
+        Some(InputsCommitment::with_salt(Digest(salt), bytes))
+    }
+
+    /// Whether `bytes` are the inputs committed to.
+    pub fn opens(&self, bytes: &[u8]) -> bool {
+        InputsCommitment::with_salt(self.salt, bytes) == *self
+    }
+}
+
 /// Everything a receipt binds about one run: what `runner exec` fills in, and the receipt's
 /// `predicate`. Field order is irrelevant: the bytes are RFC 8785.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,8 +228,8 @@ pub struct RunFacts {
     pub model_digest: Digest,
     /// BLAKE3 of the exact `job.toml` bytes.
     pub job_digest: Digest,
-    /// BLAKE3 of the exact inputs file bytes.
-    pub inputs_digest: Digest,
+    /// The salted commitment to the exact inputs file bytes.
+    pub inputs: InputsCommitment,
     /// The job's generation settings.
     pub generation: Generation,
     /// The runner binary.
@@ -295,19 +338,8 @@ impl std::fmt::Display for OutputProblem {
 #[non_exhaustive]
 pub enum ReceiptError {
     /// The receipt file could not be read.
-    #[error("cannot read receipt {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: io::Error,
-    },
-    /// The file is far larger than any receipt.
-    #[error("{} is larger than {MAX_RECEIPT_BYTES} bytes; it is not a receipt", path.display())]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-    },
+    #[error(transparent)]
+    File(ReadError),
     /// The DSSE envelope is malformed.
     #[error(transparent)]
     Envelope(#[from] DsseError),
@@ -397,9 +429,8 @@ fn join_problems(problems: &[OutputProblem]) -> String {
 impl Diagnose for ReceiptError {
     fn exit(&self) -> Exit {
         match self {
-            ReceiptError::Read { .. }
-            | ReceiptError::TooLarge { .. }
-            | ReceiptError::SignatureCount(_)
+            ReceiptError::File(e) => e.exit(),
+            ReceiptError::SignatureCount(_)
             | ReceiptError::Payload(_)
             | ReceiptError::DuplicateOutput(_) => Exit::BadInput,
             ReceiptError::Envelope(e) => e.exit(),
@@ -409,7 +440,7 @@ impl Diagnose for ReceiptError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            ReceiptError::Read { .. } | ReceiptError::TooLarge { .. } => {
+            ReceiptError::File(_) => {
                 "pass the receipt.json that `runner exec` wrote beside the outputs".into()
             }
             ReceiptError::Envelope(e) => return e.hint(),
@@ -793,21 +824,7 @@ fn check_outputs(subjects: &[Subject], dir: &Path) -> Result<(), ReceiptError> {
 
 /// Read a receipt file, refusing anything larger than [`MAX_RECEIPT_BYTES`].
 pub fn read_receipt_file(path: &Path) -> Result<Vec<u8>, ReceiptError> {
-    let read_err = |source| ReceiptError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_RECEIPT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_RECEIPT_BYTES {
-        return Err(ReceiptError::TooLarge {
-            path: path.to_owned(),
-        });
-    }
-    Ok(bytes)
+    read_bounded(path, MAX_RECEIPT_BYTES, "receipt").map_err(ReceiptError::File)
 }
 
 #[cfg(test)]
@@ -849,6 +866,8 @@ mod tests {
                 valid_from: None,
                 expires_at: None,
                 supersedes: None,
+                lineage: "gemma3".into(),
+                version: 1,
                 note: note.map(str::to_owned),
             },
         )
@@ -865,7 +884,7 @@ mod tests {
             policy_id: p.policy_id,
             model_digest: p.model_digest,
             job_digest: Digest::of(b"job.toml"),
-            inputs_digest: Digest::of(b"inputs.jsonl"),
+            inputs: InputsCommitment::with_salt(Digest::of(b"salt"), b"inputs.jsonl"),
             generation: Generation {
                 batch_size: 8,
                 max_new_tokens: 32,

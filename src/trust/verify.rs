@@ -86,6 +86,33 @@ impl VerifiedCertificate {
     pub fn supersedes(&self) -> Option<Digest> {
         self.payload.supersedes
     }
+    /// The lineage it belongs to.
+    pub fn lineage(&self) -> &str {
+        &self.payload.lineage
+    }
+    /// Its version in the lineage.
+    pub fn version(&self) -> u64 {
+        self.payload.version
+    }
+}
+
+/// Before another owner adds a signature (`runner cosign`): every signature already on the
+/// certificate is by an owner in `trust` and verifies. Unlike [`verify_certificate`], a signature
+/// by an unknown key is refused too: the co-signer could not tell it from a forgery.
+pub fn check_existing_signatures(
+    envelope: &Envelope,
+    trust: &TrustConfig,
+) -> Result<(), CertError> {
+    let signed = envelope.signed_bytes();
+    for sig in &envelope.signatures {
+        let key = trust
+            .owner(&sig.keyid)
+            .ok_or(CertError::UnknownSigner { key_id: sig.keyid })?;
+        if !key.verify(&signed, &sig.sig) {
+            return Err(CertError::BadSignature { key_id: sig.keyid });
+        }
+    }
+    Ok(())
 }
 
 /// Verify certificate file bytes against `trust` at time `now` (see the module doc).
@@ -193,6 +220,8 @@ mod tests {
                 valid_from: None,
                 expires_at: Some(ts("2027-01-01T00:00:00Z")),
                 supersedes: None,
+                lineage: "gemma3".into(),
+                version: 1,
                 note: Some("first approval".into()),
             },
         )
@@ -553,6 +582,8 @@ mod tests {
             valid_from: None,
             expires_at: None,
             supersedes: None,
+            lineage: "gemma3".into(),
+            version: 1,
             note: None,
         };
         let engine = EngineFacts {
@@ -663,6 +694,8 @@ mod tests {
                 valid_from: None,
                 expires_at: None,
                 supersedes: Some(Digest::of(b"old")),
+                lineage: "gemma3".into(),
+                version: 1,
                 note: None,
             },
         )

@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use runner::job::state::STATE_DIR_ENV;
+use runner::job::state::{DEFAULT_STATE_DIR, STATE_DIR_ENV};
 
 use crate::common::Env;
 
@@ -42,17 +42,18 @@ fn state_dir_comes_from_the_environment_then_the_default() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("entries      2"));
 
-    // Without flag or variable: ./.runner-state, which does not exist here.
+    // Without flag or variable: the fixed absolute default, never the working directory (a
+    // `.runner-state` here, the old default, is not read).
+    fs::rename(env.path("state"), env.path(".runner-state")).unwrap();
     let out = env.run(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("there is no audit log at .runner-state/audit.jsonl"),
+        stderr.contains(&format!(
+            "there is no audit log at {DEFAULT_STATE_DIR}/audit.jsonl"
+        )),
         "{stderr}"
     );
-    fs::rename(env.path("state"), env.path(".runner-state")).unwrap();
-    let out = env.run(&["audit", "verify"]);
-    assert!(out.status.success());
 }
 
 #[test]

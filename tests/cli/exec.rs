@@ -14,6 +14,7 @@ use runner::model::synthetic::SyntheticSpec;
 use runner::model::tokenizer::Tokenizer;
 use runner::primitives::digest::Digest;
 use runner::trust::certificate::Certificate;
+use runner::trust::receipt::InputsCommitment;
 use serde_json::Value;
 
 use crate::common::repo::{cached_tokenizer, root};
@@ -72,10 +73,16 @@ fn exec_runs_an_approved_job_and_its_receipt_verifies() {
         f["job_digest"],
         Digest::of(&fs::read(env.path("job.toml")).unwrap()).to_hex()
     );
+    // The inputs are bound by a salted commitment the data owner can open, not a plain digest.
+    let inputs = fs::read(env.path("inputs.jsonl")).unwrap();
+    let salt = Digest::from_hex(f["inputs"]["salt"].as_str().unwrap()).unwrap();
     assert_eq!(
-        f["inputs_digest"],
-        Digest::of(&fs::read(env.path("inputs.jsonl")).unwrap()).to_hex()
+        f["inputs"]["commitment"],
+        InputsCommitment::with_salt(salt, &inputs)
+            .commitment
+            .to_hex()
     );
+    assert!(!receipt.to_string().contains(&Digest::of(&inputs).to_hex()));
     assert_eq!(f["counts"]["inputs"], 4);
     assert_eq!(f["counts"]["generated_tokens"], generated);
     let outputs_blake3 = Digest::of(&fs::read(env.path("out/outputs.jsonl")).unwrap()).to_hex();
@@ -87,9 +94,15 @@ fn exec_runs_an_approved_job_and_its_receipt_verifies() {
     files.sort();
     assert_eq!(files, ["outputs.jsonl", "receipt.json"]);
 
-    // One accepted audit entry with the same digests.
+    // The attempt's two audit entries: admitted (before the first batch), then accepted, with
+    // the same digests.
     let audit = env.audit();
-    assert_eq!(audit["entries"], 1);
+    assert_eq!(audit["entries"], 2);
+    assert_eq!(audit["unfinished"], serde_json::json!([]));
+    let entries = env.audit_entry_lines();
+    assert_eq!(entries[0]["outcome"], "admitted");
+    assert_eq!(entries[0]["attempt"], entries[1]["attempt"]);
+    assert_eq!(entries[0]["inputs_commitment"], f["inputs"]["commitment"]);
     let last = &audit["last"];
     assert_eq!(last["outcome"], "accepted");
     assert_eq!(last["reason"], Value::Null);
@@ -187,7 +200,11 @@ fn rejects_certificate_signed_by_untrusted_keys() {
     env.keygen("stranger");
     env.keygen("stranger-2");
     env.approve("stranger", "strangers.json", &[]);
+    // Co-signed under the strangers' own trust file: the runner's lists neither.
+    fs::copy(env.path("trust.toml"), env.path("runner-trust.toml")).unwrap();
+    env.trust(1, &["stranger", "stranger-2"], &[]);
     env.cosign("strangers.json", "stranger-2");
+    fs::rename(env.path("runner-trust.toml"), env.path("trust.toml")).unwrap();
     let stranger = runner::primitives::keys::SecretKey::load(&env.path("keys/stranger.key"))
         .unwrap()
         .key_id();
@@ -341,7 +358,7 @@ fn rejects_prompt_longer_than_policy() {
     env.refused(
         &env.exec_with_cert("cert-small.json"),
         3,
-        &["input \"p1\" has 9 prompt tokens; the policy allows at most 8 (limits.max_prompt_tokens)"],
+        &["inputs inputs.jsonl, line 2: the prompt is longer than the policy allows (8 tokens after the template, limits.max_prompt_tokens)"],
     );
 }
 
@@ -389,8 +406,8 @@ fn rejects_token_outside_the_model_vocabulary() {
         EXEC,
         2,
         &[
-            "input \"p2\": token 2 of its prompt",
-            "vocabulary of 512 ids",
+            "inputs inputs.jsonl, line 3: the prompt holds a token id outside the model's \
+             vocabulary of 512 ids",
         ],
     );
 }
@@ -451,7 +468,7 @@ fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
 }
 
 #[test]
-fn rejects_missing_certificate_engine_or_runner_key() {
+fn rejects_missing_certificate_engine_or_runner_state() {
     let env = Env::approved_job();
     env.refused(
         &env.exec_with_cert("nothing.json"),
@@ -469,8 +486,12 @@ fn rejects_missing_certificate_engine_or_runner_key() {
         env.path("engines/gemma3.eng"),
     )
     .unwrap();
-    fs::remove_file(env.path("keys/runner.key")).unwrap();
-    env.refused(EXEC, 2, &["keys/runner.key"]);
+    // Without the runner's key its state directory is not initialised: nothing can be signed,
+    // so nothing is attempted (and there is no log to record it in).
+    fs::remove_file(env.path("state/runner.key")).unwrap();
+    let stderr = env.fails(EXEC, 2, "is not initialised (no runner.key)");
+    assert!(stderr.contains("runner init"), "{stderr}");
+    assert!(!env.path("out").exists());
 }
 
 #[test]
@@ -503,7 +524,7 @@ fn rejects_chat_turn_with_unknown_role() {
         EXEC,
         2,
         &[
-            "input \"odd\": chat turn 1 has a role other than",
+            "inputs inputs.jsonl, line 2: chat turn 1 has a role other than",
             "optionally after a first \"system\" turn",
         ],
     );
@@ -601,6 +622,16 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
     assert!(!env.path("out/outputs.jsonl").exists());
     assert!(!env.path("out/receipt.json").exists());
     assert!(!env.path("out").exists(), "a killed run left out/ behind");
+    // The killed attempt was recorded before it ran, and never closed: `audit verify` says so.
+    let audit = env.audit();
+    let unfinished = audit["unfinished"].as_array().unwrap();
+    assert_eq!(unfinished.len(), 1, "{audit}");
+    assert_eq!(audit["last"]["outcome"], "admitted", "{audit}");
+    let text = env.ok(&["audit", "verify", "--state-dir", "state"]);
+    assert!(
+        text.contains("1 admitted attempt(s) never closed"),
+        "{text}"
+    );
 
     // A staging directory a crashed publish might have left is cleared by the next run.
     fs::create_dir(env.path(".out.partial-999999")).unwrap();
@@ -611,8 +642,10 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
     assert_eq!(env.outputs().len(), killed);
     let receipt = env.verify_receipt("cert.json");
     assert_eq!(receipt["facts"]["counts"]["inputs"], killed as u64);
-    // The killed attempt left no entry (it was never finished); the rerun did.
-    assert_eq!(env.audit()["last"]["outcome"], "accepted");
+    // The rerun closed its own attempt; the killed one stays unfinished in the record.
+    let audit = env.audit();
+    assert_eq!(audit["last"]["outcome"], "accepted");
+    assert_eq!(audit["unfinished"].as_array().unwrap().len(), 1, "{audit}");
 }
 
 // ---- the model written while the job runs ----
@@ -620,19 +653,22 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
 #[test]
 fn a_model_written_during_the_run_signs_nothing() {
     use runner::error::{Diagnose, Exit};
-    use runner::job::admit::{admit, Request};
+    use runner::job::admit::{admit, Request, Submission};
     use runner::job::run::{run, RunFailure};
+    use runner::job::state::StateDir;
+    use runner::job::superseded::History;
     use runner::model::files::FileError;
     use std::os::unix::fs::FileExt;
 
     let env = Env::approved_job();
     let trust = runner::trust::config::TrustConfig::load(&env.path("trust.toml")).unwrap();
-    let (cert, job) = (env.path("cert.json"), env.path("job.toml"));
+    let submission = Submission::read(&env.path("cert.json"), &env.path("job.toml")).unwrap();
+    let state = StateDir::open(&env.path("state")).unwrap();
     let request = Request {
-        cert: &cert,
-        job: &job,
+        submission: &submission,
         trust: &trust,
-        superseded: &[],
+        history: &History::default(),
+        state_dir: state.path(),
         now: time::OffsetDateTime::now_utc(),
     };
     let admitted = admit(&request).unwrap();
@@ -646,7 +682,7 @@ fn a_model_written_during_the_run_signs_nothing() {
         .unwrap()
         .write_all_at(&[first], 0)
         .unwrap();
-    let key = runner::primitives::keys::SecretKey::load(&env.path("keys/runner.key")).unwrap();
+    let key = state.signing_key().unwrap();
     let err = run(admitted, &key, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&err, RunFailure::Model(FileError::Changed { path }) if path.ends_with("model/model.safetensors")),
@@ -724,7 +760,7 @@ fn exec_refuses_an_engine_that_skips_layers_of_the_checkpoint() {
     env.approve_both("cert.json", &[]);
     env.write_inputs(&[vec![2, 17, 40], vec![2, 9]]);
     env.write_job(2, 4, r#"["tokens"]"#);
-    env.refused(
+    env.failed_after_admission(
         EXEC,
         2,
         &["ran 6 of the checkpoint's 8 layers", "layers 6, 7", "scan"],

@@ -11,4 +11,5 @@ mod exec;
 mod reapproval;
 mod receipt;
 mod restrict;
+mod security;
 mod trust;

@@ -213,6 +213,7 @@ fn cosign_out_writes_a_new_file_and_leaves_the_input() {
     env.keygen("a");
     env.keygen("b");
     env.approve("a", "cert.json", &[]);
+    env.trust(2, &["a", "b"], &[]);
     let before = fs::read(env.path("cert.json")).unwrap();
     env.ok(&[
         "cosign",
@@ -344,7 +345,7 @@ fn rejects_approve_with_bad_model_engine_or_key() {
     }
     let mut args = approve_args(&[]);
     args[2] = "missing.eng";
-    env.fails(&args, 2, "cannot read engine source missing.eng");
+    env.fails(&args, 2, "cannot read engine missing.eng");
     // Approval runs the verifier: an engine whose private code calls a built-in outside the
     // policy is refused, and nothing is signed.
     let leaky = ENGINE.replace("let gate = gelu_tanh(", "let gate = softmax(");
@@ -504,8 +505,8 @@ fn rejects_threshold_not_met() {
         env.keygen(k);
     }
     env.approve("a", "cert.json", &[]);
-    env.ok(&["cosign", "cert.json", "--key", "keys/b.key"]);
     env.trust(3, &["a", "b", "c"], &[]);
+    env.ok(&["cosign", "cert.json", "--key", "keys/b.key"]);
     let stderr = env.fails(&["verify-cert", "cert.json"], 3, "2 valid, 3 required");
     assert!(stderr.contains("runner cosign"), "{stderr}");
 }

@@ -37,6 +37,14 @@ impl Env {
             .collect()
     }
 
+    /// Every entry of the log, parsed.
+    pub fn audit_entry_lines(&self) -> Vec<Value> {
+        self.audit_lines()
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     /// Replace the log with `lines`, as they are.
     pub fn set_audit_lines(&self, lines: &[String]) {
         std::fs::write(self.audit_log_path(), lines.concat()).unwrap();

@@ -67,8 +67,8 @@ impl Env {
         let env = Env::new();
         env.keygen("a");
         env.keygen("b");
-        env.approve_both("cert.json", &[]);
         env.trust(2, &["a", "b"], &[]);
+        env.approve_both("cert.json", &[]);
         env
     }
 
@@ -89,8 +89,9 @@ impl Env {
     }
 
     /// What a job needs except the model and its approval: `engines/gemma3.eng`,
-    /// `policies/gemma3.json`, keys `owner-a`, `owner-b` and `runner`, and `trust.toml`
-    /// requiring both owners. No model, certificate, inputs or job.
+    /// `policies/gemma3.json`, keys `owner-a` and `owner-b`, the runner's state directory
+    /// `state/` (`runner init`), and `trust.toml` requiring both owners. No model, certificate,
+    /// inputs or job.
     pub fn bare_job() -> Env {
         let env = Env {
             dir: Dir::new(),
@@ -104,9 +105,10 @@ impl Env {
         }
         env.install_engine("gemma3.eng");
         env.copy_in(&root().join("policies/gemma3.json"), "policies/gemma3.json");
-        for k in ["owner-a", "owner-b", "runner"] {
+        for k in ["owner-a", "owner-b"] {
             env.keygen(k);
         }
+        env.init_state("state");
         env.trust(2, &["owner-a", "owner-b"], &[]);
         env
     }
@@ -122,10 +124,10 @@ impl Env {
         env
     }
 
-    /// Owners `alice` and `bob` (both required) and a `runner` key, the shipped policy and the
-    /// tiny-270m fixture named where they are in the repository, the unrolled engine installed
-    /// as `engines/gemma3.eng`, two prompts in `inputs.jsonl`, and every command's state
-    /// directory `state/` through `RUNNER_STATE_DIR`.
+    /// Owners `alice` and `bob` (both required), the shipped policy and the tiny-270m fixture
+    /// named where they are in the repository, the unrolled engine installed as
+    /// `engines/gemma3.eng`, two prompts in `inputs.jsonl`, and every command's state directory
+    /// `state/` (initialised) through `RUNNER_STATE_DIR`.
     pub fn reapproval() -> Env {
         let mut dir = Dir::new();
         let state = dir.path("state");
@@ -139,9 +141,10 @@ impl Env {
         };
         env.mkdir("engines");
         env.mkdir("keys");
-        for key in ["alice", "bob", "runner"] {
+        for key in ["alice", "bob"] {
             env.keygen(key);
         }
+        env.init_state("state");
         env.trust(2, &["alice", "bob"], &[]);
         env.write(
             "inputs.jsonl",
@@ -155,15 +158,17 @@ impl Env {
     /// refused with reason `refusal <i>`, even ones accepted.
     pub fn audit_log(n: usize) -> Env {
         let env = Env::top_level_names(Dir::new());
+        env.init_state("state");
         let log = AuditLog::open(&env.path("state"));
         for i in 0..n {
+            let attempt = format!("attempt-{i}");
             let record = if i % 2 == 0 {
                 AuditRecord {
                     certificate_digest: Some(Digest::of(b"cert")),
-                    ..AuditRecord::new(Outcome::Accepted)
+                    ..AuditRecord::new(&attempt, Outcome::Accepted)
                 }
             } else {
-                AuditRecord::with_reason(Outcome::Refused, &format!("refusal {i}"))
+                AuditRecord::with_reason(&attempt, Outcome::Refused, &format!("refusal {i}"))
             };
             log.append(record).unwrap();
         }
@@ -182,6 +187,11 @@ impl Env {
         for f in ["config.json", "model.safetensors"] {
             self.copy_in(&fixture_model("tiny-270m").join(f), &format!("model/{f}"));
         }
+    }
+
+    /// `runner init --state-dir <dir>`: the runner's state directory and signing key.
+    pub fn init_state(&self, dir: &str) {
+        self.ok(&["init", "--state-dir", dir]);
     }
 
     /// `runner keygen` of `keys/<name>.key` (and `.pub`).
@@ -245,9 +255,17 @@ impl Env {
         self.cosign(out, second);
     }
 
-    /// `runner cosign cert` by `keys/<key>.key`, in place.
+    /// `runner cosign cert` by `keys/<key>.key`, in place, checking the signatures already on
+    /// it against `trust.toml`.
     pub fn cosign(&self, cert: &str, key: &str) {
-        self.ok(&["cosign", cert, "--key", &format!("keys/{key}.key")]);
+        self.ok(&[
+            "cosign",
+            cert,
+            "--key",
+            &format!("keys/{key}.key"),
+            "--trust",
+            "trust.toml",
+        ]);
     }
 
     /// The DSSE envelope in file `name`.

@@ -36,7 +36,6 @@ fn job_toml_for(
          model = \"{model}\"\n\
          inputs = \"inputs.jsonl\"\n\
          output_dir = \"{output_dir}\"\n\
-         runner_key = \"keys/runner.key\"\n\
          \n\
          [generation]\n\
          batch_size = {batch_size}\n\
@@ -150,6 +149,44 @@ impl Env {
             .and_then(|s| s.split("\n  hint: ").next());
         assert_eq!(Some(reason), message, "{last}");
         assert!(last["output_digests"].as_array().unwrap().is_empty());
+        stderr
+    }
+
+    /// Run `args`, expect exit `code` and every needle after the job was admitted: two more
+    /// audit entries of one attempt, `admitted` then `failed` (its reason the message), nothing
+    /// on stdout, no `out/` and no staging directory beside it. Returns stderr.
+    pub fn failed_after_admission(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
+        let before = self.audit_entries();
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: expected {needle:?} in: {stderr}"
+            );
+        }
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?} printed to stdout on failure"
+        );
+        let entries = self.audit_entry_lines();
+        assert_eq!(entries.len() as u64, before + 2, "{entries:?}");
+        let (admitted, failed) = (&entries[entries.len() - 2], &entries[entries.len() - 1]);
+        assert_eq!(admitted["outcome"], "admitted", "{admitted}");
+        assert_eq!(failed["outcome"], "failed", "{failed}");
+        assert_eq!(admitted["attempt"], failed["attempt"]);
+        let message = stderr
+            .strip_prefix("error: ")
+            .and_then(|s| s.split("\n  hint: ").next());
+        assert_eq!(failed["reason"].as_str(), message, "{failed}");
+        assert!(!self.path("out").exists(), "out/ was written: {stderr}");
+        let staging: Vec<String> = std::fs::read_dir(self.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".partial-"))
+            .collect();
+        assert!(staging.is_empty(), "staging left behind: {staging:?}");
         stderr
     }
 

@@ -7,7 +7,8 @@ use runner::restrict::policy::OutputKind;
 use runner::trust::certificate::Certificate;
 use runner::trust::generation::Generation;
 use runner::trust::receipt::{
-    sign_receipt, FinishReasons, RunCounts, RunFacts, RunnerIdentity, RECEIPT_PAYLOAD_TYPE,
+    sign_receipt, FinishReasons, InputsCommitment, RunCounts, RunFacts, RunnerIdentity,
+    RECEIPT_PAYLOAD_TYPE,
 };
 use serde_json::Value;
 
@@ -40,7 +41,7 @@ impl Env {
             policy_id: p.policy_id,
             model_digest: p.model_digest,
             job_digest: Digest::of(b"job.toml bytes"),
-            inputs_digest: Digest::of(b"inputs bytes"),
+            inputs: InputsCommitment::with_salt(Digest::of(b"salt"), b"inputs bytes"),
             generation: Generation {
                 batch_size: 4,
                 max_new_tokens: 16,
@@ -76,7 +77,8 @@ impl Env {
         serde_json::from_slice(&self.envelope("out/receipt.json").payload).unwrap()
     }
 
-    /// `runner verify` of out/receipt.json against `cert`, as JSON.
+    /// `runner verify` of out/receipt.json (written by `exec`) against `cert` and the runner's
+    /// own key in `state/`, as JSON.
     pub fn verify_receipt(&self, cert: &str) -> Value {
         let out = self.ok(&[
             "verify",
@@ -84,7 +86,7 @@ impl Env {
             "--cert",
             cert,
             "--runner-key",
-            "keys/runner.key.pub",
+            "state/runner.key.pub",
             "--json",
         ]);
         serde_json::from_str(&out).unwrap()

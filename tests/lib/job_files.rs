@@ -11,7 +11,6 @@ engine = "engines/gemma3.eng"
 model = "models/tiny"
 inputs = "inputs.jsonl"
 output_dir = "out"
-runner_key = "keys/runner.key"
 
 [generation]
 batch_size = 4
@@ -45,6 +44,16 @@ fn rejects_unknown_keys_naming_them() {
     assert!(err.to_string().contains("trust"), "{err}");
     let err = load(&JOB.replace("template = \"raw\"", "temperature = 0.7")).unwrap_err();
     assert!(err.to_string().contains("temperature"), "{err}");
+}
+
+#[test]
+fn rejects_runner_key_saying_where_the_key_lives_now() {
+    let err = load(&JOB.replace("output_dir", "runner_key = \"keys/runner.key\"\noutput_dir"))
+        .unwrap_err();
+    assert!(matches!(err, JobError::RunnerKey { .. }), "{err}");
+    use runner::error::{Diagnose, Exit};
+    assert_eq!(err.exit(), Exit::BadInput);
+    assert!(err.hint().unwrap().contains("runner init"), "{err:?}");
 }
 
 #[test]
@@ -105,6 +114,15 @@ fn rejects_bad_lines_by_number_without_echoing_private_content() {
         ),
         ("{\"id\": \"a\", \"tokens\": [-1]}", 1),
         ("[\"secret\"]", 1),
+        // serde's messages quote a wrong-typed value, and this one holds the word "field".
+        (
+            "{\"id\":\"a\",\"messages\":\"Diagnosis field: secret\"}",
+            1,
+        ),
+        // Key names are the data's too.
+        ("{\"id\": \"a\", \"prompt\": \"x\", \"secret\": 1}", 1),
+        ("{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"x\", \"secret\": 1}]}", 1),
+        ("{\"id\": \"secret\", \"prompt\": [\"secret\"]}", 1),
     ] {
         let err = inputs(text).unwrap_err();
         assert!(
@@ -130,6 +148,8 @@ fn rejects_duplicate_ids_and_empty_files() {
         ),
         "{err}"
     );
+    // Ids are the owners' labels: the repeat is named by its lines, not its value.
+    assert!(!err.to_string().contains("\"a\""), "{err}");
     assert!(matches!(
         inputs("\n\n").unwrap_err(),
         InputsError::Empty { .. }

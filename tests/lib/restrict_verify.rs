@@ -4,7 +4,8 @@
 
 use runner::restrict::policy::Policy;
 use runner::restrict::{
-    check, Pos, ProgramErrorKind, RegionKind, RestrictError, SyntaxErrorKind, Violation,
+    check, check_showing_private, Pos, ProgramErrorKind, RegionKind, RestrictError,
+    SyntaxErrorKind, Violation,
 };
 
 fn policy(allow: &[&str], deny: &[&str]) -> Policy {
@@ -23,8 +24,10 @@ fn narrow() -> Policy {
     policy(&["add", "linear", "rms_norm", "scale"], &[])
 }
 
+// The verifier's findings in full (what the author sees with `runner restrict
+// --show-private`); `check` itself withholds private lines, tested at the end.
 fn violations(src: &str, p: &Policy) -> Vec<Violation> {
-    match check(src, "t.eng", p) {
+    match check_showing_private(src, "t.eng", p) {
         Err(RestrictError::Violations { violations, .. }) => violations,
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("accepted:\n{src}"),
@@ -32,7 +35,7 @@ fn violations(src: &str, p: &Policy) -> Vec<Violation> {
 }
 
 fn program_errors(src: &str) -> Vec<ProgramErrorKind> {
-    match check(src, "t.eng", &narrow()) {
+    match check_showing_private(src, "t.eng", &narrow()) {
         Err(RestrictError::Program { errors, .. }) => errors.into_iter().map(|e| e.kind).collect(),
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("accepted:\n{src}"),
@@ -40,7 +43,7 @@ fn program_errors(src: &str) -> Vec<ProgramErrorKind> {
 }
 
 fn syntax_error(src: &str) -> (SyntaxErrorKind, Pos) {
-    match check(src, "t.eng", &narrow()) {
+    match check_showing_private(src, "t.eng", &narrow()) {
         Err(RestrictError::Syntax { error, .. }) => {
             let pos = error.pos();
             (error.kind, pos)
@@ -469,5 +472,42 @@ fn accepts_many_regions_quickly() {
         start.elapsed() < std::time::Duration::from_secs(10),
         "{:?}",
         start.elapsed()
+    );
+}
+
+// ---- what everyone but the author sees ----
+
+#[test]
+fn errors_in_private_regions_are_withheld_from_everyone_but_the_author() {
+    // A malformed number, an unknown function and a disallowed built-in, each on a hidden line
+    // that holds a secret name or constant.
+    let cases = [
+        "fn main(x) {\n  // @private hide\n  let zq_secret = scale(x, 12.5e);\n  // @end hide\n  return x;\n}\n",
+        "fn main(x) {\n  // @private hide\n  let a = zq_secret_fn(x);\n  // @end hide\n  return x;\n}\n",
+        "fn main(x) {\n  // @private hide\n  let zq_secret = softmax(x);\n  // @end hide\n  return zq_secret;\n}\n",
+        "fn main(x) {\n  // @private hide\n  let a = zq_secret(x);\n  // @end hide\n  return a;\n}\nfn zq_secret(y) { return zq_secret(y); }\n",
+    ];
+    for src in cases {
+        let shown = check(src, "t.eng", &narrow()).err().unwrap().to_string();
+        assert!(!shown.contains("zq_secret"), "{shown}");
+        assert!(!shown.contains("12.5e"), "{shown}");
+        assert!(shown.contains(":"), "the position stays: {shown}");
+        let full = check_showing_private(src, "t.eng", &narrow())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            full.contains("zq_secret") || full.contains("12.5e") || full.contains("softmax"),
+            "{full}"
+        );
+    }
+    // A public line keeps its message and excerpt.
+    let shown = check("fn main(x) {\n  return nope(x);\n}\n", "t.eng", &narrow())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        shown.contains("unknown function `nope`") && shown.contains("return nope(x);"),
+        "{shown}"
     );
 }

@@ -87,6 +87,8 @@ proptest! {
                 valid_from: Some(valid_from),
                 expires_at: Some(expires),
                 supersedes: supersedes.map(Digest),
+                lineage: "gemma3".into(),
+                version: 1,
                 note,
             },
         ).unwrap();
@@ -132,6 +134,8 @@ fn signed() -> &'static Signed {
                 valid_from: None,
                 expires_at: None,
                 supersedes: Some(Digest::of(b"previous")),
+                lineage: "gemma3".into(),
+                version: 1,
                 note: Some("n".into()),
             },
         )

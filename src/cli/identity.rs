@@ -1,0 +1,58 @@
+//! `runner init` (the runner's state directory and signing key, once per machine) and
+//! `runner identity` (the public halves, for owners and recipients).
+
+use std::path::PathBuf;
+
+use super::{print, CliResult};
+use crate::job::state::{state_dir, StateDir, STATE_DIR_ENV};
+
+/// Flags of `runner init`.
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// Where to create the state directory (mode 0700); default $RUNNER_STATE_DIR, else
+    /// /var/lib/runner. Every later command must find the same one.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+/// Flags of `runner identity`.
+#[derive(Debug, clap::Args)]
+pub struct IdentityArgs {
+    /// The runner's state directory (default: $RUNNER_STATE_DIR, else /var/lib/runner).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Print the public key file's JSON (what `runner verify --runner-key` reads).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Create the state directory and the runner's signing key.
+pub fn init(args: InitArgs) -> CliResult {
+    let dir = state_dir(args.state_dir.as_deref());
+    let (state, public) = StateDir::init(&dir)?;
+    print(&format!(
+        "initialised the runner's state directory {} (mode 0700)\n\
+         signing key {} (private half mode 0600, never leaves the directory)\n\
+         public key  {} (give it to recipients: `runner verify --runner-key`)\n\
+         every command finds this directory through --state-dir or ${STATE_DIR_ENV}\n",
+        state.path().display(),
+        public.key_id().to_hex(),
+        state.public_key_path().display(),
+    ))
+}
+
+/// Print the runner's public key.
+pub fn identity(args: IdentityArgs) -> CliResult {
+    let state = StateDir::open(&state_dir(args.state_dir.as_deref()))?;
+    let public = state.public_key()?;
+    if args.json {
+        return print(&String::from_utf8_lossy(&public.to_file_bytes()));
+    }
+    print(&format!(
+        "state directory {}\nsigning key     {} (short {})\npublic key file {}\n",
+        state.path().display(),
+        public.key_id().to_hex(),
+        public.key_id().short(),
+        state.public_key_path().display(),
+    ))
+}
