@@ -419,5 +419,32 @@ pub fn verify_cert(args: VerifyCertArgs) -> CliResult {
     let bytes = read_certificate_file(&args.cert)?;
     let verified = verify_certificate(&bytes, &trust, OffsetDateTime::now_utc())
         .map_err(in_file(&args.cert))?;
+    let floor = trust.min_version(verified.lineage());
+    if verified.version() < floor {
+        return Err(BelowMinimum {
+            lineage: verified.lineage().to_owned(),
+            version: verified.version(),
+            floor,
+        }
+        .into());
+    }
     print(&summary(&verified, trust.required_signatures()))
+}
+
+/// A certificate older than the trust configuration's `[min_version]` for its lineage.
+#[derive(Debug, thiserror::Error)]
+#[error("certificate is version {version} of lineage {lineage:?}, but the trust configuration requires at least version {floor}")]
+struct BelowMinimum {
+    lineage: String,
+    version: u64,
+    floor: u64,
+}
+
+impl Diagnose for BelowMinimum {
+    fn exit(&self) -> Exit {
+        Exit::Refused
+    }
+    fn hint(&self) -> Option<String> {
+        Some("use the newest certificate of the lineage (see `runner inspect`)".into())
+    }
 }

@@ -478,7 +478,7 @@ pub fn certificate(req: &Request<'_>) -> Result<VerifiedCertificate, Refusal> {
         ),
         (
             req.trust.min_version(&lineage),
-            "trust.toml requires at least",
+            "the trust configuration requires at least",
         ),
     ];
     for (floor, why) in floors {

@@ -53,9 +53,10 @@ pub enum Outcome {
     Admitted,
     /// Verified, ran, and wrote outputs and a receipt.
     Accepted,
-    /// Refused by verification (exit 3) or by bad input (exit 2); nothing ran.
+    /// Not admitted (by verification, exit 3, or bad input, exit 2): nothing ran.
     Refused,
-    /// Failed for an operational reason (exit 1).
+    /// Failed after admission, whatever the exit code (the engine, publishing, a model file
+    /// written during the run), or before it for an operational reason (a registry unreadable).
     Failed,
 }
 

@@ -64,6 +64,26 @@ impl Plan {
     }
 }
 
+/// A compile error at `pos`. Compile errors reach the operator, so in an engine with private
+/// regions only its kind and position are said: its message or a public line could name a
+/// private function or field.
+fn located(kind: CompileErrorKind, source: &str, regions: &Regions, pos: Pos) -> CompileError {
+    if regions.list().is_empty() {
+        return Located {
+            kind,
+            excerpt: Excerpt::new(source, pos),
+        };
+    }
+    Located {
+        kind: CompileErrorKind::Withheld(kind.label()),
+        excerpt: if regions.is_private(pos.line) {
+            Excerpt::withheld(pos)
+        } else {
+            Excerpt::omitted(pos)
+        },
+    }
+}
+
 fn excerpt(source: &str, regions: &Regions, pos: Pos) -> Excerpt {
     if regions.is_private(pos.line) {
         Excerpt::withheld(pos)
@@ -148,10 +168,7 @@ pub fn compile(checked: Checked, entry: &str, signature: &Signature) -> Result<P
         returns: Vec::new(),
         depth: 0,
     };
-    let err = |kind, pos| Located {
-        kind,
-        excerpt: excerpt(&parts.source, &parts.regions, pos),
-    };
+    let err = |kind, pos| located(kind, &parts.source, &parts.regions, pos);
     let Some((entry_idx, f)) = parts
         .program
         .functions
@@ -242,10 +259,7 @@ fn clone_operand(o: &Operand) -> Operand {
 
 impl<'p> Compiler<'p> {
     fn err(&self, kind: CompileErrorKind, pos: Pos) -> CompileError {
-        Located {
-            kind,
-            excerpt: excerpt(&self.parts.source, &self.parts.regions, pos),
-        }
+        located(kind, &self.parts.source, &self.parts.regions, pos)
     }
 
     fn naming(&self) -> &Naming {

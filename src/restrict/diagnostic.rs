@@ -34,12 +34,24 @@ impl fmt::Display for Pos {
 /// Longest stretch of a source line an excerpt shows; longer lines are cut around the column.
 const EXCERPT_WIDTH: usize = 100;
 
+/// What an excerpt shows of its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shown {
+    /// The line (cut around the column when long).
+    Line(String),
+    /// Nothing: a line of a private region.
+    Private,
+    /// Nothing: a public line of an engine with private regions (it may name a private
+    /// function).
+    Omitted,
+}
+
 /// The source line an error points into, ready to print with a caret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Excerpt {
     pos: Pos,
-    /// The shown part of the line, or `None` when the line is withheld (private).
-    text: Option<String>,
+    /// The shown part of the line, or why it is not shown.
+    text: Shown,
     /// Column of the caret within `text` (1-based).
     caret: usize,
 }
@@ -73,7 +85,7 @@ impl Excerpt {
         let caret = col - start + if prefix { 3 } else { 0 };
         Excerpt {
             pos,
-            text: Some(text),
+            text: Shown::Line(text),
             caret,
         }
     }
@@ -82,7 +94,17 @@ impl Excerpt {
     pub fn withheld(pos: Pos) -> Excerpt {
         Excerpt {
             pos,
-            text: None,
+            text: Shown::Private,
+            caret: 1,
+        }
+    }
+
+    /// An excerpt whose line is not shown because the engine has private regions (the line
+    /// itself is public, but may name a private function).
+    pub fn omitted(pos: Pos) -> Excerpt {
+        Excerpt {
+            pos,
+            text: Shown::Omitted,
             caret: 1,
         }
     }
@@ -153,11 +175,12 @@ impl fmt::Display for Excerpt {
         let num = self.pos.line.to_string();
         let pad = " ".repeat(num.len());
         match &self.text {
-            Some(text) => {
+            Shown::Line(text) => {
                 writeln!(f, "  {num} | {text}")?;
                 write!(f, "  {pad} | {}^", " ".repeat(self.caret.saturating_sub(1)))
             }
-            None => write!(f, "  {num} | (line of a private region, not shown)"),
+            Shown::Omitted => write!(f, "  {num} | (not shown: the engine has private regions)"),
+            Shown::Private => write!(f, "  {num} | (line of a private region, not shown)"),
         }
     }
 }

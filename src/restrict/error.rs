@@ -151,8 +151,9 @@ pub enum SyntaxErrorKind {
         /// The construct split, e.g. "function `f` (lines 3-9)".
         what: String,
     },
-    /// An error on a line of a private region, as anyone but the author sees it: only its kind.
-    #[error("{0} on a line of a private region (details withheld; the author sees them with `runner restrict --show-private`)")]
+    /// An error in an engine with private regions, as anyone but the author sees it: only its
+    /// kind.
+    #[error("{0} (details withheld: the engine has private regions; the author sees them with `runner restrict --show-private`)")]
     Withheld(&'static str),
 }
 
@@ -271,9 +272,9 @@ pub enum ProgramErrorKind {
         /// [`super::MAX_CALLS_PER_STEP`].
         limit: u64,
     },
-    /// An error that concerns a private region, as anyone but the author sees it: only its
+    /// An error in an engine with private regions, as anyone but the author sees it: only its
     /// kind.
-    #[error("{0} in a private region (details withheld; the author sees them with `runner restrict --show-private`)")]
+    #[error("{0} (details withheld: the engine has private regions; the author sees them with `runner restrict --show-private`)")]
     Withheld(&'static str),
 }
 
@@ -295,15 +296,6 @@ impl ProgramErrorKind {
             ProgramErrorKind::TooMuchWork { .. } => "a call graph with too much work per step",
             ProgramErrorKind::Withheld(label) => label,
         }
-    }
-
-    /// Whether the message names functions from elsewhere in the source (a cycle's members), so
-    /// that it is withheld whenever the source has private regions.
-    fn names_other_functions(&self) -> bool {
-        matches!(
-            self,
-            ProgramErrorKind::Recursion { .. } | ProgramErrorKind::TooMuchWork { .. }
-        )
     }
 }
 
@@ -441,41 +433,41 @@ impl fmt::Display for RestrictError {
 impl std::error::Error for RestrictError {}
 
 impl RestrictError {
-    /// The error as anyone but the engine's author may see it: an error on a line of a private
-    /// region keeps its position and kind but loses its message and excerpt; a violation (always
-    /// in a private region) loses its excerpt and the names of the functions on the way; a
-    /// recursion or work-limit error, which names functions from anywhere, is withheld whenever
-    /// the source has private regions. Everything else stays: public lines are what owners
-    /// read in the view anyway.
+    /// The error as anyone but the engine's author may see it. In an engine with private
+    /// regions every error keeps its position and kind and loses its message and source line
+    /// (a message or a public line can name a private function, which the owners' view shows
+    /// only renamed); a violation (always in a private region) keeps the built-in it reaches
+    /// and names only public functions on the way. An engine without private regions hides
+    /// nothing, so its errors stay whole.
     pub fn withhold_private(self, source: &str) -> RestrictError {
         let private = PrivateLines::scan(source);
-        match self {
-            RestrictError::Syntax { origin, error } => {
-                let error = if private.contains(error.pos().line) {
-                    Located {
-                        kind: SyntaxErrorKind::Withheld(error.kind.label()),
-                        excerpt: Excerpt::withheld(error.pos()),
-                    }
-                } else {
-                    error
-                };
-                RestrictError::Syntax { origin, error }
+        if !private.any() {
+            return self;
+        }
+        // An excerpt of a public line can still hold a private name (a call to a hidden
+        // function is renamed in the view, not in the source), so no line is shown.
+        let excerpt = |pos: Pos| {
+            if private.contains(pos.line) {
+                Excerpt::withheld(pos)
+            } else {
+                Excerpt::omitted(pos)
             }
+        };
+        match self {
+            RestrictError::Syntax { origin, error } => RestrictError::Syntax {
+                origin,
+                error: Located {
+                    kind: SyntaxErrorKind::Withheld(error.kind.label()),
+                    excerpt: excerpt(error.pos()),
+                },
+            },
             RestrictError::Program { origin, errors } => RestrictError::Program {
                 origin,
                 errors: errors
                     .into_iter()
-                    .map(|e| {
-                        let hide = private.contains(e.pos().line)
-                            || (private.any() && e.kind.names_other_functions());
-                        if hide {
-                            Located {
-                                kind: ProgramErrorKind::Withheld(e.kind.label()),
-                                excerpt: Excerpt::withheld(e.pos()),
-                            }
-                        } else {
-                            e
-                        }
+                    .map(|e| Located {
+                        kind: ProgramErrorKind::Withheld(e.kind.label()),
+                        excerpt: excerpt(e.pos()),
                     })
                     .collect(),
             },
@@ -599,6 +591,27 @@ pub enum CompileErrorKind {
         /// What the body returns.
         found: String,
     },
+    /// An error in an engine with private regions, as the operator sees it: only its kind.
+    #[error("{0} (details withheld: the engine has private regions)")]
+    Withheld(&'static str),
+}
+
+impl CompileErrorKind {
+    /// What kind of problem this is, in words that quote nothing from the source.
+    pub fn label(&self) -> &'static str {
+        match self {
+            CompileErrorKind::NoEntry { .. } => "no such entry function",
+            CompileErrorKind::MissingInput { .. } => "a parameter with no input",
+            CompileErrorKind::UnusedInput { .. } => "an input that is not a parameter",
+            CompileErrorKind::Kind { .. } => "a value of the wrong kind",
+            CompileErrorKind::UnknownField { .. } => "a record without the field read",
+            CompileErrorKind::Shape { .. } => "a shape mismatch",
+            CompileErrorKind::TooDeep { .. } => "user functions nested too deep",
+            CompileErrorKind::Internal { .. } => "an internal error",
+            CompileErrorKind::ScanCarry { .. } => "a scan body whose result is not its carry",
+            CompileErrorKind::Withheld(label) => label,
+        }
+    }
 }
 
 impl Diagnose for CompileError {

@@ -229,6 +229,12 @@ pub enum CertError {
         /// The payloadType found.
         found: String,
     },
+    /// The payload is of another certificate format (an older one has no lineage or version).
+    #[error("the certificate is in format {found:?}; this runner reads {CERTIFICATE_SCHEMA:?}")]
+    Schema {
+        /// The payload's `schema`.
+        found: String,
+    },
     /// The payload is not a well-formed certificate payload.
     #[error("the certificate payload is malformed: {0}")]
     Payload(String),
@@ -344,6 +350,7 @@ impl Diagnose for CertError {
             | CertError::Inconsistent { .. }
             | CertError::BadSignature { .. }
             | CertError::UnknownSigner { .. }
+            | CertError::Schema { .. }
             | CertError::ThresholdNotMet { .. }
             | CertError::Revoked { .. }
             | CertError::NotYetValid { .. }
@@ -363,6 +370,9 @@ impl Diagnose for CertError {
             }
             CertError::BadSignature { .. } => "the certificate was altered after signing, or the \
                 key file in trust.toml is not the one that signed; get an unmodified copy"
+                .into(),
+            CertError::Schema { .. } => "the owners must approve the engine again with this \
+                runner (`runner approve`, `--supersedes` the old certificate)"
                 .into(),
             CertError::UnknownSigner { .. } => "pass --trust with a configuration that lists \
                 every owner who signed, or ask where the certificate came from"
@@ -494,10 +504,13 @@ impl CertificatePayload {
         let value = parse_strict(bytes).map_err(|e| CertError::Payload(e.to_string()))?;
         if let Some(schema) = value.get("schema").and_then(|s| s.as_str()) {
             if schema != CERTIFICATE_SCHEMA {
-                return Err(CertError::Payload(format!(
-                    "field `schema` is {schema:?}, expected {CERTIFICATE_SCHEMA:?} (a certificate \
-                     from before lineages and versions: the owners must approve it again)"
-                )));
+                return Err(CertError::Schema {
+                    found: schema
+                        .chars()
+                        .filter(|c| !c.is_control())
+                        .take(64)
+                        .collect(),
+                });
             }
         }
         let payload: CertificatePayload =

@@ -42,7 +42,7 @@ pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 
 /// The Statement's `predicateType`: names the receipt predicate's schema and version. It is an
 /// identifier; nothing fetches it.
-pub const RECEIPT_PREDICATE_TYPE: &str = "https://runner.dev/receipt/v1";
+pub const RECEIPT_PREDICATE_TYPE: &str = "https://runner.dev/receipt/v2";
 
 /// The file `runner exec` writes the receipt to, beside the outputs.
 pub const RECEIPT_FILE: &str = "receipt.json";
@@ -175,9 +175,12 @@ pub const INPUTS_COMMITMENT_CONTEXT: &str = "runner 2026-12 inputs commitment v1
 
 /// A salted commitment to the inputs file: BLAKE3 in derive-key mode under
 /// [`INPUTS_COMMITMENT_CONTEXT`] of a random 32-byte salt followed by the file's bytes. A plain
-/// digest of a small input (one secret token id, say) could be inverted by hashing every
-/// candidate; with the salt it cannot, and the data owner, who holds the inputs, still
-/// recomputes it from the salt the receipt carries ([`InputsCommitment::opens`]).
+/// digest of a small input (one secret token id, say) could be inverted by anyone who sees it,
+/// by hashing every candidate. The audit log keeps the commitment without its salt, so the log's
+/// readers cannot test guesses, and a fresh salt per run keeps two runs on the same inputs from
+/// being linked. The salt travels in the receipt, so the data owner, who holds the inputs,
+/// recomputes the commitment ([`InputsCommitment::opens`]); whoever holds the receipt can test
+/// guesses too, which is why receipts go only to the recipients the owners named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputsCommitment {

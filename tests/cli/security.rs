@@ -410,8 +410,14 @@ fn a_pinned_minimum_protects_a_fresh_runner() {
     env.refused(
         EXEC,
         3,
-        &["version 1 of lineage \"gemma3\", but trust.toml requires at least version 2"],
+        &["version 1 of lineage \"gemma3\", but the trust configuration requires at least version 2"],
     );
+    env.fails(
+        &["verify-cert", "cert.json"],
+        3,
+        "requires at least version 2",
+    );
+    env.ok(&["verify-cert", "v2.json"]);
     env.ok(&env.exec_with_cert("v2.json"));
     // A replacement stays in its lineage.
     env.fails(

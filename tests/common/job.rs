@@ -120,10 +120,9 @@ impl Env {
         self.cosign("cert-small.json", second);
     }
 
-    /// Run `args`, expect exit `code`, a message containing every needle, a hint, nothing on
-    /// stdout, and one more audit entry: `refused`, its reason the message. Returns stderr.
-    pub fn refusal(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
-        let before = self.audit_entries();
+    /// Run `args`: exit `code`, a message containing every needle, a hint, nothing on stdout.
+    /// Returns stderr.
+    fn failing(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
         let out = self.run(args);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
@@ -138,6 +137,14 @@ impl Env {
             out.stdout.is_empty(),
             "{args:?} printed to stdout on failure"
         );
+        stderr
+    }
+
+    /// Run `args`, expect exit `code`, a message containing every needle, a hint, nothing on
+    /// stdout, and one more audit entry: `refused`, its reason the message. Returns stderr.
+    pub fn refusal(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
+        let before = self.audit_entries();
+        let stderr = self.failing(args, code, needles);
         let audit = self.audit();
         assert_eq!(audit["entries"].as_u64().unwrap(), before + 1, "{audit}");
         let last = &audit["last"];
@@ -157,19 +164,7 @@ impl Env {
     /// on stdout, no `out/` and no staging directory beside it. Returns stderr.
     pub fn failed_after_admission(&self, args: &[&str], code: i32, needles: &[&str]) -> String {
         let before = self.audit_entries();
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-        for needle in needles {
-            assert!(
-                stderr.contains(needle),
-                "{args:?}: expected {needle:?} in: {stderr}"
-            );
-        }
-        assert!(
-            out.stdout.is_empty(),
-            "{args:?} printed to stdout on failure"
-        );
+        let stderr = self.failing(args, code, needles);
         let entries = self.audit_entry_lines();
         assert_eq!(entries.len() as u64, before + 2, "{entries:?}");
         let (admitted, failed) = (&entries[entries.len() - 2], &entries[entries.len() - 1]);
