@@ -4,7 +4,9 @@
 # policies/gemma3.json; tests/lib/repo_certs.rs fails until you do.
 #
 # The model bound is the tiny-270m test fixture (real weights cannot be shipped), and the
-# certificates expire 2036-01-01 so the test does not rot. Demo only: never trust this key.
+# certificates expire 2036-01-01 so the test does not rot. Results are sealed to the DEMO
+# recipient certs/demo-recipient.age (its public line in certs/demo-recipients.txt). Demo only:
+# never trust these keys.
 set -eu
 cd "$(dirname "$0")/.."
 RUNNER=${RUNNER:-target/debug/runner}
@@ -19,6 +21,6 @@ chmod 600 certs/demo-owner.key
 for engine in gemma3 gemma3_unrolled; do
     "$RUNNER" approve --engine "engines/$engine.eng" --policy policies/gemma3.json \
         --model "$MODEL" --key certs/demo-owner.key --out "certs/$engine.cert.json" \
-        --expires "$EXPIRES" --force \
+        --expires "$EXPIRES" --force --recipients-file certs/demo-recipients.txt \
         --note "DEMO ONLY: signed by certs/demo-owner.key over the tiny-270m test fixture"
 done

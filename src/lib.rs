@@ -10,6 +10,7 @@
 //!   writes.
 //! - [`memory`]: the binary's allocator and read-only file mappings.
 //! - [`kernels`]: the tensor operations the engine language calls.
+//! - [`sealing`]: inputs and outputs encrypted in the age format.
 //! - [`restrict`]: the engine language and its policy: the verifier (private regions checked
 //!   against a policy), the owner's redacted view, the compiler and the interpreter.
 //! - [`model`]: checkpoints (config, memory-mapped weights, digest), tokenizer, synthetic models.
@@ -32,4 +33,5 @@ pub mod memory;
 pub mod model;
 pub mod primitives;
 pub mod restrict;
+pub mod sealing;
 pub mod trust;

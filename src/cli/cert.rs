@@ -9,11 +9,13 @@ use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::model_digest;
 use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
+use crate::primitives::bounded_read::{read_bounded_text, MAX_TEXT_BYTES};
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::SecretKey;
 use crate::primitives::time::Timestamp;
 use crate::restrict::check_bytes;
 use crate::restrict::policy::Policy;
+use crate::sealing::{parse_recipient, parse_recipients_file, RecipientError};
 use crate::trust::certificate::{
     build_payload, check_note, read_certificate_file, resolve_window, CertError, Certificate,
     CertificatePayload, EngineFacts, Terms,
@@ -57,6 +59,13 @@ pub struct ApproveArgs {
     /// certificate whose version is below the highest it has admitted for the lineage.
     #[arg(long, value_name = "NAME")]
     lineage: Option<String>,
+    /// Who may read the results: an age recipient (`age1...`) the outputs are encrypted to.
+    /// Repeat for several; the owners' signatures bind them.
+    #[arg(long = "recipient", value_name = "AGE1...")]
+    recipients: Vec<String>,
+    /// Recipients from a file, in the form `age -R` reads (one per line, `#` comments).
+    #[arg(long, value_name = "FILE")]
+    recipients_file: Option<PathBuf>,
     /// One line of text for the other owners.
     #[arg(long, value_name = "TEXT")]
     note: Option<String>,
@@ -165,6 +174,7 @@ pub fn approve(args: ApproveArgs) -> CliResult {
     let checked = check_bytes(&source, &args.engine.display().to_string(), &policy)?;
     let engine = EngineFacts::from_checked(&args.engine, &checked)?;
     let (supersedes, lineage, version) = lineage_of(&args, &engine)?;
+    let recipients = recipients_of(&args)?;
     // Check the window and note now: hashing the model may take a while.
     let issued_at = Timestamp::now();
     resolve_window(issued_at, args.valid_from, args.expires)?;
@@ -183,6 +193,7 @@ pub fn approve(args: ApproveArgs) -> CliResult {
             supersedes,
             lineage,
             version,
+            recipients,
             note: args.note,
         },
     )?;
@@ -210,6 +221,43 @@ pub fn approve(args: ApproveArgs) -> CliResult {
         p.valid_from,
         p.expires_at,
     ))
+}
+
+/// The recipients given by `--recipient` and `--recipients-file`, each checked.
+fn recipients_of(args: &ApproveArgs) -> Result<Vec<String>, super::CliError> {
+    let mut all = Vec::new();
+    for r in &args.recipients {
+        all.push(parse_recipient(r)?.to_string());
+    }
+    if let Some(path) = &args.recipients_file {
+        let text = read_bounded_text(path, MAX_TEXT_BYTES, "recipients file")?;
+        all.extend(
+            parse_recipients_file(&text).map_err(|source| RecipientsFile {
+                path: path.clone(),
+                source,
+            })?,
+        );
+    }
+    Ok(all)
+}
+
+/// A recipients file that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("recipients file {}: {source}", path.display())]
+struct RecipientsFile {
+    path: PathBuf,
+    source: RecipientError,
+}
+
+impl Diagnose for RecipientsFile {
+    fn exit(&self) -> Exit {
+        Exit::BadInput
+    }
+    fn hint(&self) -> Option<String> {
+        Some(
+            "one age1... recipient per line, as `age -R` reads (`age-keygen -y` prints one)".into(),
+        )
+    }
 }
 
 /// The replaced certificate's digest, and the lineage and version of the new one.
@@ -364,6 +412,12 @@ pub fn inspect(args: InspectArgs) -> CliResult {
         "lineage       {} version {}\n",
         p.lineage, p.version
     ));
+    if p.recipients.is_empty() {
+        out.push_str("recipients    none (outputs in plaintext)\n");
+    }
+    for r in &p.recipients {
+        out.push_str(&format!("recipient     {r}\n"));
+    }
     match &p.supersedes {
         None => out.push_str("supersedes    none\n"),
         Some(d) => out.push_str(&format!("supersedes    {}\n", d.to_hex())),

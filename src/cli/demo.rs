@@ -1,27 +1,30 @@
 //! `runner demo`: the whole flow, end to end, in a fresh directory, with the same library calls
 //! the other subcommands make: keys, a trust configuration, a deterministic random-weight Gemma 3
-//! model, the restrict check, an owner's certificate, a job on private prompts, `exec`, receipt
-//! verification, and finally one refusal (the engine edited after approval).
+//! model, the restrict check, an owner's certificate naming a recipient, a job on private
+//! prompts sealed to the runner, `exec`, receipt verification and the recipient opening the
+//! sealed outputs, and finally two refusals (the engine edited after approval, inputs sealed to
+//! another runner).
 
 use std::path::{Path, PathBuf};
 
 use super::{print, CliError, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::job::exec::ExecRequest;
-use crate::job::run::{RunResult, OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::run::{RunResult, RECEIPT_FILE};
 use crate::job::state::StateDir;
 use crate::model::digest::model_digest;
 use crate::model::synthetic::SyntheticSpec;
 use crate::model::tokenizer::cached_tokenizer_path;
-use crate::primitives::atomic_file::Overwrite;
+use crate::primitives::atomic_file::{write_atomic, Overwrite};
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::{write_key_pair, PublicKey, SecretKey};
 use crate::primitives::time::Timestamp;
 use crate::restrict::policy::Policy;
 use crate::restrict::{check, Checked};
+use crate::sealing::{open, seal, SealKey};
 use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
-use crate::trust::receipt::verify_receipt;
+use crate::trust::receipt::{verify_receipt, OUTPUTS_COMMITMENT_CONTEXT};
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
 const POLICY: &str = include_str!("../../policies/gemma3.json");
@@ -44,8 +47,10 @@ enum DemoError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("demo: the edited engine was accepted; the guard failed")]
+    #[error("demo: a job the runner must refuse was accepted; the guard failed")]
     GuardFailed,
+    #[error("demo: the sealed outputs did not open to what the receipt commits to")]
+    Unsealed,
 }
 
 impl Diagnose for DemoError {
@@ -97,8 +102,8 @@ pub fn demo(args: DemoArgs) -> CliResult {
     make_trust(&dir)?;
     let model = make_model(&dir)?;
     let (policy, checked) = check_engine(&dir)?;
-    let cert = approve(&dir, &keys.owner, policy, &checked, &model)?;
-    write_job(&dir, model.tokenizer)?;
+    let cert = approve(&dir, &keys, policy, &checked, &model)?;
+    write_job(&dir, model.tokenizer, &keys.state.recipient()?)?;
     let (cert_path, job_path, trust_path) = (
         dir.join("cert.json"),
         dir.join("job.toml"),
@@ -112,10 +117,11 @@ pub fn demo(args: DemoArgs) -> CliResult {
         now: time::OffsetDateTime::now_utc(),
     };
     let result = exec(&request)?;
-    verify(&dir, &result, &cert, &keys.runner)?;
+    verify(&dir, &result, &cert, &keys)?;
     guard(&dir, &request)?;
     print(&format!(
-        "\ndone in {:.1} s; everything is in {} (audit log in state/audit.jsonl)\n",
+        "\ndone in {:.1} s; everything is in {} (the accepted run's outputs in results/, the \
+         audit log in state/audit.jsonl)\n",
         started.elapsed().as_secs_f64(),
         dir.display()
     ))
@@ -126,24 +132,44 @@ struct Keys {
     /// The runner's public key, from its state directory.
     runner: PublicKey,
     state: StateDir,
+    /// The recipient who may read the results (an age identity, as `age-keygen` makes).
+    recipient: SealKey,
 }
 
-/// 1. An owner's key, and the runner's state directory with its own key (`runner init`).
+/// Step 1: an owner's signing key, the recipient's age key, and the runner's state directory
+/// with its own signing key and age identity (`runner init`).
 fn make_keys(dir: &Path) -> Result<Keys, CliError> {
     let owner = SecretKey::generate()?;
     write_key_pair(&owner, &dir.join("keys/owner.key"), Overwrite::Refuse)?;
+    let recipient = SealKey::generate();
+    write_atomic(
+        &dir.join("keys/recipient.age"),
+        recipient
+            .to_file_text(&Timestamp::now().to_rfc3339().unwrap_or_default())
+            .as_bytes(),
+        0o600,
+        Overwrite::Refuse,
+    )?;
     let (state, runner) = StateDir::init(&dir.join("state"))?;
     print(&format!(
-        "1. keys        owner {} (keys/owner.key, mode 0600); runner {} (`runner init`: \
-         state/, mode 0700)\n",
+        "1. keys        owner {} (keys/owner.key); recipient {} (keys/recipient.age); runner {} \
+         and {} (`runner init`: state/, mode 0700)\n",
         owner.key_id().short(),
-        runner.key_id().short()
+        short_recipient(&recipient.recipient()),
+        runner.key_id().short(),
+        short_recipient(&state.recipient()?),
     ))?;
     Ok(Keys {
         owner,
         runner,
         state,
+        recipient,
     })
+}
+
+/// An age recipient's first characters, for one-line messages.
+fn short_recipient(r: &str) -> String {
+    format!("{}...", r.chars().take(16).collect::<String>())
 }
 
 /// 2. The operator's trust configuration.
@@ -224,7 +250,7 @@ fn check_engine(dir: &Path) -> Result<(Policy, Checked), CliError> {
 /// 5. The owner approves.
 fn approve(
     dir: &Path,
-    owner: &SecretKey,
+    keys: &Keys,
     policy: Policy,
     checked: &Checked,
     model: &DemoModel,
@@ -240,20 +266,23 @@ fn approve(
             supersedes: None,
             lineage: "gemma3".into(),
             version: 1,
+            recipients: vec![keys.recipient.recipient()],
             note: Some("demo approval".into()),
         },
     )?;
-    let cert = Certificate::sign_new(payload, owner)?;
+    let cert = Certificate::sign_new(payload, &keys.owner)?;
     write(&dir.join("cert.json"), cert.to_bytes())?;
     print(&format!(
-        "5. approve     cert.json: certificate {} signed by the owner\n",
+        "5. approve     cert.json: certificate {} signed by the owner; results sealed to the \
+         recipient\n",
         cert.digest().short()
     ))?;
     Ok(cert)
 }
 
-/// 6. A job on private prompts: text when the tokenizer is there, token ids otherwise.
-fn write_job(dir: &Path, text: bool) -> Result<(), CliError> {
+/// Step 6: a job on private prompts, sealed to the runner (the plaintext is never written):
+/// text when the tokenizer is there, token ids otherwise.
+fn write_job(dir: &Path, text: bool, runner: &str) -> Result<(), CliError> {
     let inputs = if text {
         concat!(
             "{\"id\": \"q1\", \"prompt\": \"What is the capital of France?\"}\n",
@@ -263,7 +292,10 @@ fn write_job(dir: &Path, text: bool) -> Result<(), CliError> {
     } else {
         "{\"id\": \"q1\", \"tokens\": [2, 17, 99, 4]}\n{\"id\": \"q2\", \"tokens\": [2, 300]}\n{\"id\": \"q3\", \"tokens\": [2, 42, 42, 7, 11]}\n"
     };
-    write(&dir.join("inputs.jsonl"), inputs)?;
+    write(
+        &dir.join("inputs.jsonl.age"),
+        seal(inputs.as_bytes(), &[runner.to_owned()])?,
+    )?;
     let outputs = if text {
         "[\"text\", \"tokens\"]"
     } else {
@@ -272,12 +304,15 @@ fn write_job(dir: &Path, text: bool) -> Result<(), CliError> {
     write(
         &dir.join("job.toml"),
         format!(
-            "engine = \"engines/gemma3.eng\"\nmodel = \"model\"\ninputs = \"inputs.jsonl\"\n\
+            "engine = \"engines/gemma3.eng\"\nmodel = \"model\"\ninputs = \"inputs.jsonl.age\"\n\
              output_dir = \"out\"\n\n[generation]\n\
              batch_size = 3\nmax_new_tokens = 12\ntemplate = \"chat\"\noutputs = {outputs}\n"
         ),
     )?;
-    print("6. job         job.toml: 3 private prompts, batch 3, 12 new tokens each\n")
+    print(
+        "6. job         job.toml: 3 private prompts sealed to the runner (inputs.jsonl.age), \
+         batch 3, 12 new tokens each\n",
+    )
 }
 
 /// 7. exec: the audit log, the trusted boundary, then the run.
@@ -288,21 +323,32 @@ fn exec(request: &ExecRequest<'_>) -> Result<RunResult, CliError> {
          policy_id, verifier report, model digest, limits; audit entry before the first batch\n",
     )?;
     print(&format!(
-        "              ran {} inputs, {} tokens; wrote out/{OUTPUTS_FILE} and out/{RECEIPT_FILE}\n",
-        result.facts.counts.inputs, result.facts.counts.generated_tokens
+        "              ran {} inputs, {} tokens; wrote out/{} (sealed) and out/{RECEIPT_FILE}\n",
+        result.facts.counts.inputs, result.facts.counts.generated_tokens, result.outputs_name
     ))?;
     Ok(result)
 }
 
-/// 8. The recipient verifies the receipt and the outputs.
-fn verify(dir: &Path, result: &RunResult, cert: &Certificate, runner: &PublicKey) -> CliResult {
-    let verified = verify_receipt(&result.receipt, cert, runner, Some(&dir.join("out")))?;
+/// 8. The recipient verifies the receipt and the sealed outputs, then opens them.
+fn verify(dir: &Path, result: &RunResult, cert: &Certificate, keys: &Keys) -> CliResult {
+    let verified = verify_receipt(&result.receipt, cert, &keys.runner, Some(&dir.join("out")))?;
+    let plain =
+        open(&result.outputs, &keys.recipient, u64::MAX).map_err(|_| DemoError::Unsealed)?;
+    let opens = verified
+        .facts()
+        .outputs_commitment
+        .is_some_and(|c| c.opens(OUTPUTS_COMMITMENT_CONTEXT, &plain));
+    if !opens {
+        return Err(DemoError::Unsealed.into());
+    }
     print(&format!(
-        "8. verify      receipt {} signed by the runner, bound to certificate {}, outputs match\n",
+        "8. verify      receipt {} signed by the runner, bound to certificate {}; the recipient \
+         opens out/{} and its plaintext is what the receipt commits to:\n",
         verified.digest().short(),
-        cert.digest().short()
+        cert.digest().short(),
+        result.outputs_name,
     ))?;
-    for line in String::from_utf8_lossy(&result.outputs).lines() {
+    for line in String::from_utf8_lossy(&plain).lines() {
         print(&format!("              {line}\n"))?;
     }
     Ok(())
@@ -314,12 +360,30 @@ fn guard(dir: &Path, request: &ExecRequest<'_>) -> CliResult {
         &dir.join("engines/gemma3.eng"),
         format!("{ENGINE}// an unapproved edit\n"),
     )?;
-    std::fs::remove_dir_all(dir.join("out")).ok();
+    // The accepted run's outputs stay for the reader, beside the output directory the guard
+    // runs would write.
+    std::fs::rename(dir.join("out"), dir.join("results")).map_err(|source| DemoError::Io {
+        path: dir.join("results"),
+        source,
+    })?;
     let Err(refusal) = crate::job::exec::exec(request, &mut |_| {}) else {
         return Err(DemoError::GuardFailed.into());
     };
     print(&format!(
         "9. guard       after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
+        refusal.exit().code(),
+        refusal.hint().unwrap_or_default()
+    ))?;
+    // Inputs sealed to another runner: this one cannot open them.
+    write(&dir.join("engines/gemma3.eng"), ENGINE)?;
+    let other = SealKey::generate().recipient();
+    let inputs = b"{\"id\": \"q1\", \"tokens\": [2, 17]}\n";
+    write(&dir.join("inputs.jsonl.age"), seal(inputs, &[other])?)?;
+    let Err(refusal) = crate::job::exec::exec(request, &mut |_| {}) else {
+        return Err(DemoError::GuardFailed.into());
+    };
+    print(&format!(
+        "10. guard      inputs sealed to another runner, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
         refusal.exit().code(),
         refusal.hint().unwrap_or_default()
     ))

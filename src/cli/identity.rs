@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::{print, CliResult};
 use crate::job::state::{state_dir, StateDir, STATE_DIR_ENV};
+use crate::trust::identity::sign_identity;
 
 /// Flags of `runner init`.
 #[derive(Debug, clap::Args)]
@@ -21,9 +22,13 @@ pub struct IdentityArgs {
     /// The runner's state directory (default: $RUNNER_STATE_DIR, else /var/lib/runner).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Print the public key file's JSON (what `runner verify --runner-key` reads).
-    #[arg(long)]
+    /// Print the identity document: the signing key and the age recipient, signed by that key
+    /// (what owners check before they encrypt to the recipient).
+    #[arg(long, conflicts_with = "recipient")]
     json: bool,
+    /// Print only the age recipient, for `age -r "$(runner identity --recipient)"`.
+    #[arg(long)]
+    recipient: bool,
 }
 
 /// Create the state directory and the runner's signing key.
@@ -34,25 +39,34 @@ pub fn init(args: InitArgs) -> CliResult {
         "initialised the runner's state directory {} (mode 0700)\n\
          signing key {} (private half mode 0600, never leaves the directory)\n\
          public key  {} (give it to recipients: `runner verify --runner-key`)\n\
+         age recipient {} (owners encrypt inputs to it; `runner identity` prints it again)\n\
          every command finds this directory through --state-dir or ${STATE_DIR_ENV}\n",
         state.path().display(),
         public.key_id().to_hex(),
         state.public_key_path().display(),
+        state.recipient()?,
     ))
 }
 
-/// Print the runner's public key.
+/// Print the runner's public keys.
 pub fn identity(args: IdentityArgs) -> CliResult {
     let state = StateDir::open(&state_dir(args.state_dir.as_deref()))?;
     let public = state.public_key()?;
+    let recipient = state.recipient()?;
+    if args.recipient {
+        return print(&format!("{recipient}\n"));
+    }
     if args.json {
-        return print(&String::from_utf8_lossy(&public.to_file_bytes()));
+        let doc = sign_identity(&state.signing_key()?, &recipient)?;
+        return print(&format!("{}\n", String::from_utf8_lossy(&doc)));
     }
     print(&format!(
-        "state directory {}\nsigning key     {} (short {})\npublic key file {}\n",
+        "state directory {}\nsigning key     {} (short {})\npublic key file {}\n\
+         age recipient   {} (owners encrypt inputs to it: age -r RECIPIENT)\n",
         state.path().display(),
         public.key_id().to_hex(),
         public.key_id().short(),
         state.public_key_path().display(),
+        recipient,
     ))
 }

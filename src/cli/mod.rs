@@ -13,6 +13,7 @@ use crate::error::{Diagnose, Exit};
 mod audit;
 mod bench;
 mod cert;
+mod decrypt;
 mod demo;
 mod exec;
 mod identity;
@@ -61,6 +62,8 @@ enum Command {
     VerifyCert(cert::VerifyCertArgs),
     /// Verify a receipt: its signature, its certificate, and the output files it names.
     Verify(receipt::VerifyArgs),
+    /// Open sealed outputs with a recipient's age identity (as `age -d -i KEY` does).
+    Decrypt(decrypt::DecryptArgs),
     /// Work with the audit log of exec attempts.
     Audit(audit::AuditArgs),
     /// Verify the certificate, engine, policy, model and job, then run the job and sign the
@@ -115,7 +118,7 @@ pub(crate) fn print(text: &str) -> CliResult {
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write to standard output: {0}")]
-struct StdoutError(std::io::Error);
+pub(crate) struct StdoutError(pub(crate) std::io::Error);
 
 impl Diagnose for StdoutError {
     fn exit(&self) -> Exit {
@@ -161,6 +164,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Inspect(args) => cert::inspect(args),
         Command::VerifyCert(args) => cert::verify_cert(args),
         Command::Verify(args) => receipt::verify(args),
+        Command::Decrypt(args) => decrypt::decrypt(args),
         Command::Audit(args) => audit::audit(args),
         Command::Exec(args) => exec::exec(args),
         Command::Demo(args) => demo::demo(args),

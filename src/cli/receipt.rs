@@ -6,8 +6,14 @@ use std::path::{Path, PathBuf};
 use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::primitives::bounded_read::read_bounded;
+use crate::primitives::digest::Digest;
 use crate::primitives::keys::PublicKey;
-use crate::trust::receipt::{read_receipt_file, verify_receipt, ReceiptError, VerifiedReceipt};
+use crate::sealing::{is_age, open, OpenError, SealKey};
+use crate::trust::receipt::{
+    read_receipt_file, verify_receipt, ReceiptError, VerifiedReceipt, INPUTS_COMMITMENT_CONTEXT,
+    OUTPUTS_COMMITMENT_CONTEXT, SEALED_OUTPUTS_FILE,
+};
+use zeroize::Zeroizing;
 
 /// Flags of `runner verify`.
 #[derive(Debug, clap::Args)]
@@ -24,10 +30,15 @@ pub struct VerifyArgs {
     /// Directory holding the output files (default: the receipt's directory).
     #[arg(long, value_name = "DIR")]
     outputs: Option<PathBuf>,
-    /// The inputs file (for a data owner who holds it): check that the receipt's salted
-    /// commitment is to exactly these bytes.
+    /// The inputs file (for a data owner who holds it), plaintext or as sealed: check that the
+    /// receipt's salted commitment (or, for the sealed file, its digest) is to exactly these
+    /// bytes.
     #[arg(long, value_name = "FILE")]
     inputs: Option<PathBuf>,
+    /// A recipient's age identity file (from `age-keygen`): also open the sealed outputs, in
+    /// memory, and check the receipt's commitment to their plaintext.
+    #[arg(long, value_name = "FILE")]
+    identity: Option<PathBuf>,
     /// Print the verified receipt as JSON.
     #[arg(long)]
     json: bool,
@@ -71,11 +82,20 @@ pub fn verify(args: VerifyArgs) -> CliResult {
             path: args.receipt.clone(),
             source,
         })?;
+    let facts = verified.facts();
     if let Some(path) = &args.inputs {
-        let bytes = read_bounded(path, MAX_CHECKED_INPUTS_BYTES, "inputs")?;
-        if !verified.facts().inputs.opens(&bytes) {
+        let bytes = read_bounded(path, MAX_CHECKED_BYTES, "inputs")?;
+        let matches = if is_age(&bytes) {
+            facts.inputs_ciphertext == Some(Digest::of(&bytes))
+        } else {
+            facts.inputs.opens(INPUTS_COMMITMENT_CONTEXT, &bytes)
+        };
+        if !matches {
             return Err(InputsCheck::Mismatch { path: path.clone() }.into());
         }
+    }
+    if let Some(identity) = &args.identity {
+        check_sealed_outputs(&verified, &dir, identity)?;
     }
     if args.json {
         let doc = serde_json::json!({
@@ -89,15 +109,61 @@ pub fn verify(args: VerifyArgs) -> CliResult {
         });
         return print(&format!("{doc:#}\n"));
     }
-    print(&summary(&verified, &dir, args.inputs.is_some()))
+    print(&summary(
+        &verified,
+        &dir,
+        args.inputs.is_some(),
+        args.identity.is_some(),
+    ))
 }
 
-/// The largest inputs file `--inputs` reads (the most any policy lets a job read is far less).
-const MAX_CHECKED_INPUTS_BYTES: u64 = 1 << 40;
+/// The largest inputs or outputs file `verify` reads into memory.
+const MAX_CHECKED_BYTES: u64 = 1 << 40;
 
-/// Why `--inputs` did not check out.
+/// Open the sealed outputs with a recipient's identity and check the plaintext commitment.
+fn check_sealed_outputs(verified: &VerifiedReceipt, dir: &Path, identity: &Path) -> CliResult {
+    let Some(commitment) = verified.facts().outputs_commitment else {
+        return Err(InputsCheck::NotSealed.into());
+    };
+    let key = load_identity(identity)?;
+    let path = dir.join(SEALED_OUTPUTS_FILE);
+    let sealed = read_bounded(&path, MAX_CHECKED_BYTES, "sealed outputs")?;
+    let plain = open(&sealed, &key, MAX_CHECKED_BYTES).map_err(|source| InputsCheck::Open {
+        path: path.clone(),
+        source,
+    })?;
+    if !commitment.opens(OUTPUTS_COMMITMENT_CONTEXT, &plain) {
+        return Err(InputsCheck::OutputsMismatch { path }.into());
+    }
+    Ok(())
+}
+
+/// An age identity file (what `age-keygen` writes), held in zeroizing memory.
+pub(super) fn load_identity(path: &Path) -> Result<SealKey, super::CliError> {
+    let bytes = Zeroizing::new(read_bounded(path, 64 << 10, "age identity")?);
+    let text = std::str::from_utf8(&bytes).map_err(|_| InputsCheck::Identity {
+        path: path.to_owned(),
+        why: "it is not text",
+    })?;
+    Ok(
+        SealKey::from_file_text(text).map_err(|why| InputsCheck::Identity {
+            path: path.to_owned(),
+            why,
+        })?,
+    )
+}
+
+/// Why `--inputs` or `--identity` did not check out.
 #[derive(Debug, thiserror::Error)]
 enum InputsCheck {
+    #[error("the receipt's outputs were not sealed; there is nothing to open with --identity")]
+    NotSealed,
+    #[error("age identity {}: {why}", path.display())]
+    Identity { path: PathBuf, why: &'static str },
+    #[error("sealed outputs {} cannot be opened: {source}", path.display())]
+    Open { path: PathBuf, source: OpenError },
+    #[error("the plaintext of {} is not what the receipt commits to", path.display())]
+    OutputsMismatch { path: PathBuf },
     #[error("the receipt's inputs commitment is not to {}: these are not the inputs that ran", path.display())]
     Mismatch { path: PathBuf },
 }
@@ -105,11 +171,24 @@ enum InputsCheck {
 impl Diagnose for InputsCheck {
     fn exit(&self) -> Exit {
         match self {
-            InputsCheck::Mismatch { .. } => Exit::Refused,
+            InputsCheck::NotSealed | InputsCheck::Identity { .. } => Exit::BadInput,
+            InputsCheck::Mismatch { .. }
+            | InputsCheck::Open { .. }
+            | InputsCheck::OutputsMismatch { .. } => Exit::Refused,
         }
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
+            InputsCheck::NotSealed => "leave out --identity for a plaintext run".into(),
+            InputsCheck::Identity { .. } => {
+                "pass the identity file `age-keygen -o KEY` wrote for a recipient".into()
+            }
+            InputsCheck::Open { .. } => {
+                "pass the identity of one of the certificate's recipients (`runner inspect`)".into()
+            }
+            InputsCheck::OutputsMismatch { .. } => {
+                "the outputs were replaced after the run; get them from the operator again".into()
+            }
             InputsCheck::Mismatch { .. } => {
                 "pass the exact inputs file the job ran (same bytes, same line endings)".into()
             }
@@ -125,7 +204,20 @@ fn json_name<T: serde::Serialize>(value: &T) -> String {
     }
 }
 
-fn summary(v: &VerifiedReceipt, dir: &Path, inputs_checked: bool) -> String {
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no (plaintext)"
+    }
+}
+
+fn summary(
+    v: &VerifiedReceipt,
+    dir: &Path,
+    inputs_checked: bool,
+    identity_checked: bool,
+) -> String {
     let f = v.facts();
     let g = &f.generation;
     let outputs: Vec<String> = g.outputs.iter().map(json_name).collect();
@@ -139,6 +231,7 @@ fn summary(v: &VerifiedReceipt, dir: &Path, inputs_checked: bool) -> String {
          model        {}\n\
          job          {}\n\
          inputs       commitment {} (salt {}){}\n\
+         sealed       inputs {}, outputs {}{}\n\
          generation   batch_size {}, max_new_tokens {}, template {}, outputs {}\n\
          runner       {} (executable {})\n\
          ran          {} to {}\n\
@@ -154,6 +247,9 @@ fn summary(v: &VerifiedReceipt, dir: &Path, inputs_checked: bool) -> String {
         f.inputs.commitment.to_hex(),
         f.inputs.salt.to_hex(),
         if inputs_checked { ", matches --inputs" } else { "" },
+        yes_no(f.sealed.inputs),
+        yes_no(f.sealed.outputs),
+        if identity_checked { " (opened with --identity, plaintext matches)" } else { "" },
         g.batch_size,
         g.max_new_tokens,
         json_name(&g.template),

@@ -15,8 +15,9 @@
 //!    ranges, calls checked, built-ins, view digest);
 //! 4. [`model`]: the checkpoint's digest equals the approved one, and the checkpoint loads from
 //!    the very files that were hashed;
-//! 5. [`inputs`]: the job against the policy's limits (batch size, new tokens, output kinds,
-//!    number of inputs after every line parsed), the tokenizer (the approved model directory's
+//! 5. [`inputs`]: the inputs opened in memory with the runner's age identity when sealed (and
+//!    refused as plaintext when the policy requires sealing), the job against the policy's
+//!    limits (batch size, new tokens, output kinds, number of inputs after every line parsed), the tokenizer (the approved model directory's
 //!    `tokenizer.json`, else the official Gemma 3 file checked by SHA-256), and every prompt's
 //!    length in tokens after the template, each id inside the model's vocabulary;
 //! 6. [`compile`]: the engine compiles for the model.
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use time::OffsetDateTime;
+use zeroize::Zeroizing;
 
 use super::generate::{GenerateError, Generator};
 use super::inputs::{inputs_cap, parse_inputs, Input, InputsError, Prompt};
@@ -44,10 +46,12 @@ use crate::primitives::bounded_read::{
 };
 use crate::primitives::digest::Digest;
 use crate::restrict::policy::OutputKind;
+use crate::restrict::policy::SealRule;
 use crate::restrict::{check_bytes, Checked, RestrictError};
+use crate::sealing::{is_age, open as open_sealed, OpenError, SealKey};
 use crate::trust::certificate::{CertError, Certificate, RestrictReport};
 use crate::trust::config::TrustConfig;
-use crate::trust::receipt::InputsCommitment;
+use crate::trust::receipt::{Commitment, INPUTS_COMMITMENT_CONTEXT};
 use crate::trust::verify::{verify_certificate, VerifiedCertificate};
 
 /// The certificate and job file as submitted: each read once, bounded, and judged as these
@@ -98,6 +102,8 @@ pub struct Request<'a> {
     pub history: &'a History,
     /// The runner's state directory (outputs may not be written into it).
     pub state_dir: &'a Path,
+    /// The runner's age identity, which opens sealed inputs.
+    pub seal_key: &'a SealKey,
     /// The time to verify at.
     pub now: OffsetDateTime,
 }
@@ -108,7 +114,8 @@ pub struct Admitted {
     job: JobSpec,
     job_digest: Digest,
     inputs: Vec<Input>,
-    inputs_commitment: InputsCommitment,
+    inputs_commitment: Commitment,
+    inputs_ciphertext: Option<Digest>,
     prompts: Vec<Vec<u32>>,
     tokenizer: Option<Tokenizer>,
     tokenizer_digest: Option<Digest>,
@@ -141,9 +148,17 @@ impl Admitted {
     pub fn inputs(&self) -> &[Input] {
         &self.inputs
     }
-    /// The salted commitment to the inputs file's bytes.
-    pub fn inputs_commitment(&self) -> InputsCommitment {
+    /// The salted commitment to the plaintext inputs.
+    pub fn inputs_commitment(&self) -> Commitment {
         self.inputs_commitment
+    }
+    /// BLAKE3 of the inputs file as received, when it was sealed.
+    pub fn inputs_ciphertext(&self) -> Option<Digest> {
+        self.inputs_ciphertext
+    }
+    /// The age recipients the outputs are sealed to (empty: plaintext outputs).
+    pub fn recipients(&self) -> &[String] {
+        &self.certificate.payload().recipients
     }
     /// Each input's prompt as token ids (template applied), in input order.
     pub fn prompts(&self) -> &[Vec<u32>] {
@@ -347,6 +362,22 @@ pub enum Refusal {
     /// The engine does not compile for the model.
     #[error(transparent)]
     Compile(Box<GenerateError>),
+    /// The inputs are sealed but cannot be opened by this runner.
+    #[error("inputs {} cannot be opened: {source}", path.display())]
+    Sealed {
+        /// The inputs file.
+        path: PathBuf,
+        /// Why.
+        source: OpenError,
+    },
+    /// The inputs are plaintext and the policy requires them sealed.
+    #[error("inputs {} are not sealed, and the policy requires sealed inputs", path.display())]
+    Unsealed {
+        /// The inputs file.
+        path: PathBuf,
+        /// This runner's recipient, for the hint.
+        recipient: String,
+    },
     /// The system's random number generator failed (the inputs commitment needs a salt).
     #[error("cannot salt the inputs commitment: the system random number generator failed")]
     NoRandomness,
@@ -389,6 +420,8 @@ impl Diagnose for Refusal {
             | Refusal::Limit { .. }
             | Refusal::PromptTooLong { .. }
             | Refusal::OutputKind { .. }
+            | Refusal::Sealed { .. }
+            | Refusal::Unsealed { .. }
             | Refusal::TokenizerUnapproved { .. } => Exit::Refused,
         }
     }
@@ -404,6 +437,25 @@ impl Diagnose for Refusal {
             Refusal::Tokenizer(e) => return e.hint(),
             Refusal::Compile(e) => return e.hint(),
             Refusal::NoRandomness => "check the system's entropy source (getrandom)".into(),
+            Refusal::Unsealed { recipient, .. } => format!(
+                "the owner encrypts them to this runner: age -r {recipient} -o inputs.jsonl.age \
+                 inputs.jsonl (`runner identity` prints the recipient)"
+            ),
+            Refusal::Sealed { source, .. } => match source {
+                OpenError::NotForUs { ours, .. } => format!(
+                    "encrypt to `runner identity`'s recipient: age -r {ours} (a file for another \
+                     runner cannot be opened here)"
+                ),
+                OpenError::Passphrase => "encrypt to the runner's recipient (`age -r`), not with \
+                    a passphrase (`age -p`): a runner cannot be given one"
+                    .into(),
+                OpenError::UnknownFormat => "encrypt with age 1.x (age-encryption.org/v1)".into(),
+                OpenError::TooLarge(_) => {
+                    "split the job: the policy's max_inputs bounds the inputs' size".into()
+                }
+                _ => "the file was truncated or altered on its way; have its owner send it again"
+                    .into(),
+            },
             Refusal::Encode { .. } => {
                 "check that the prompt is text the Gemma 3 tokenizer reads".into()
             }
@@ -457,7 +509,7 @@ pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
     let job = job_file(req, cert)?;
     let engine = engine(job)?;
     let model = model(engine)?;
-    let inputs = inputs(model)?;
+    let inputs = inputs(model, req.seal_key)?;
     compile(inputs)
 }
 
@@ -646,13 +698,50 @@ pub fn model(engine: ApprovedEngine) -> Result<ApprovedModel, Refusal> {
 pub struct AdmittedInputs {
     model: ApprovedModel,
     inputs: Vec<Input>,
-    inputs_commitment: InputsCommitment,
+    inputs_commitment: Commitment,
+    inputs_ciphertext: Option<Digest>,
     prompts: Vec<Vec<u32>>,
     tokenizer: Option<(Tokenizer, Digest)>,
 }
 
+/// The plaintext inputs, opened in memory with the runner's key when sealed (and then the
+/// ciphertext's digest), refused as plaintext when the policy requires sealing.
+fn read_inputs(
+    job: &JobSpec,
+    rule: SealRule,
+    max_inputs: u32,
+    key: &SealKey,
+) -> Result<(Zeroizing<Vec<u8>>, Option<Digest>), Refusal> {
+    let cap = inputs_cap(max_inputs);
+    // A sealed file is larger than its plaintext by a header and 16 bytes per 64 KiB chunk.
+    let sealed_cap = cap.saturating_add(cap / 4096).saturating_add(64 << 10);
+    let raw = Zeroizing::new(read_bounded(&job.inputs, sealed_cap, "inputs")?);
+    if !is_age(&raw) {
+        if rule == SealRule::Required {
+            return Err(Refusal::Unsealed {
+                path: job.inputs.clone(),
+                recipient: key.recipient(),
+            });
+        }
+        if raw.len() as u64 > cap {
+            return Err(ReadError::TooLarge {
+                what: "inputs",
+                path: job.inputs.clone(),
+                cap,
+            }
+            .into());
+        }
+        return Ok((raw, None));
+    }
+    let plain = open_sealed(&raw, key, cap).map_err(|source| Refusal::Sealed {
+        path: job.inputs.clone(),
+        source,
+    })?;
+    Ok((plain, Some(Digest::of(&raw))))
+}
+
 /// Step 5: the job and its inputs within the policy's limits.
-pub fn inputs(model: ApprovedModel) -> Result<AdmittedInputs, Refusal> {
+pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Refusal> {
     let job = &model.engine.job.spec;
     let policy = model.engine.job.cert.policy();
     let limits = &policy.limits;
@@ -682,7 +771,8 @@ pub fn inputs(model: ApprovedModel) -> Result<AdmittedInputs, Refusal> {
             });
         }
     }
-    let bytes = read_bounded(&job.inputs, inputs_cap(limits.max_inputs), "inputs")?;
+    let (bytes, inputs_ciphertext) =
+        read_inputs(job, policy.sealing.inputs, limits.max_inputs, key)?;
     let inputs = parse_inputs(&bytes, &job.inputs)?;
     if inputs.len() as u64 > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
@@ -704,7 +794,9 @@ pub fn inputs(model: ApprovedModel) -> Result<AdmittedInputs, Refusal> {
     Ok(AdmittedInputs {
         model,
         inputs,
-        inputs_commitment: InputsCommitment::new(&bytes).ok_or(Refusal::NoRandomness)?,
+        inputs_commitment: Commitment::new(INPUTS_COMMITMENT_CONTEXT, &bytes)
+            .ok_or(Refusal::NoRandomness)?,
+        inputs_ciphertext,
         prompts,
         tokenizer,
     })
@@ -766,6 +858,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         model,
         inputs,
         inputs_commitment,
+        inputs_ciphertext,
         prompts,
         tokenizer,
     } = inputs;
@@ -784,6 +877,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         job_digest: job.digest,
         inputs,
         inputs_commitment,
+        inputs_ciphertext,
         prompts,
         tokenizer,
         tokenizer_digest,

@@ -161,19 +161,26 @@ pub fn exec(
     let history = registry
         .history()
         .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
+    // Held only through admission, which opens the inputs with it.
+    let seal_key = req
+        .state
+        .seal_key()
+        .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
     let request = Request {
         submission: &submission,
         trust: &trust,
         history: &history,
         state_dir: req.state.path(),
+        seal_key: &seal_key,
         now: req.now,
     };
     let admitted = admit(&request).map_err(|e| attempt.end(Outcome::Refused, e.into()))?;
+    drop(seal_key);
     // Nothing runs unless this is on disk.
     attempt.admitted(&admitted)?;
     let result = run_admitted(req, &registry, admitted, on_batch)
         .map_err(|e| attempt.end(Outcome::Failed, e))?;
-    let outputs = subjects_of(&[(super::run::OUTPUTS_FILE, &result.outputs)])
+    let outputs = subjects_of(&[(result.outputs_name, &result.outputs)])
         .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
     log.append(AuditRecord::accepted(&attempt.id, &result.facts, outputs))?;
     Ok(result)

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use serde_json::json;
+use zeroize::Zeroizing;
 
 use super::admit::Admitted;
 use super::generate::{Finish, GenerateError, Settings};
@@ -16,10 +17,12 @@ use crate::restrict::builtins::Builtin;
 use crate::restrict::diagnostic::Pos;
 use crate::restrict::policy::OutputKind;
 use crate::restrict::RunErrorKind;
+use crate::sealing::{seal, RecipientError};
 use crate::trust::receipt::{
-    sign_receipt, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
+    sign_receipt, Commitment, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
+    Sealed, OUTPUTS_COMMITMENT_CONTEXT,
 };
-pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE};
+pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
 
 /// What a finished run produced.
 #[derive(Debug, Clone)]
@@ -28,7 +31,9 @@ pub struct RunResult {
     pub output_dir: PathBuf,
     /// The facts the receipt binds.
     pub facts: RunFacts,
-    /// Exact bytes of outputs.jsonl.
+    /// The outputs file's name: `outputs.jsonl`, or `outputs.jsonl.age` when sealed.
+    pub outputs_name: &'static str,
+    /// Exact bytes of the outputs file as published (ciphertext when sealed).
     pub outputs: Vec<u8>,
     /// Exact bytes of receipt.json.
     pub receipt: Vec<u8>,
@@ -68,6 +73,12 @@ pub enum RunFailure {
     /// A model file was written while the job ran.
     #[error(transparent)]
     Model(#[from] FileError),
+    /// The outputs could not be sealed to the certificate's recipients.
+    #[error("cannot seal the outputs: {0}")]
+    Seal(RecipientError),
+    /// The system's random number generator failed (the outputs commitment needs a salt).
+    #[error("cannot salt the outputs commitment: the system random number generator failed")]
+    NoRandomness,
     /// Writing the outputs failed.
     #[error("cannot write {path}: {source}")]
     Io {
@@ -86,9 +97,11 @@ impl Diagnose for RunFailure {
             RunFailure::Generate(e) => e.exit(),
             RunFailure::Model(e) => e.exit(),
             RunFailure::Receipt(e) => e.exit(),
-            RunFailure::Engine { .. } | RunFailure::Decode { .. } | RunFailure::Io { .. } => {
-                Exit::Failure
-            }
+            RunFailure::Engine { .. }
+            | RunFailure::Decode { .. }
+            | RunFailure::Io { .. }
+            | RunFailure::Seal(_)
+            | RunFailure::NoRandomness => Exit::Failure,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -102,7 +115,10 @@ impl Diagnose for RunFailure {
                  see the kernel's own message"
                     .into(),
             ),
-            RunFailure::Decode { .. } | RunFailure::Io { .. } => None,
+            RunFailure::Decode { .. }
+            | RunFailure::Io { .. }
+            | RunFailure::Seal(_)
+            | RunFailure::NoRandomness => None,
         }
     }
 }
@@ -221,14 +237,24 @@ pub fn run(
         });
     }
 
-    let mut outputs = Vec::new();
+    let mut plain = Zeroizing::new(Vec::new());
     for line in &lines {
-        outputs.extend(serde_json::to_vec(line).map_err(|e| RunFailure::Io {
+        plain.extend(serde_json::to_vec(line).map_err(|e| RunFailure::Io {
             path: job.output_dir.join(OUTPUTS_FILE),
             source: std::io::Error::other(e),
         })?);
-        outputs.push(b'\n');
+        plain.push(b'\n');
     }
+    drop(lines);
+    // Sealed in memory to the certificate's recipients: the plaintext never reaches the disk.
+    let (outputs_name, outputs, outputs_commitment) = if admitted.recipients().is_empty() {
+        (OUTPUTS_FILE, plain.to_vec(), None)
+    } else {
+        let sealed = seal(&plain, admitted.recipients()).map_err(RunFailure::Seal)?;
+        let commitment =
+            Commitment::new(OUTPUTS_COMMITMENT_CONTEXT, &plain).ok_or(RunFailure::NoRandomness)?;
+        (SEALED_OUTPUTS_FILE, sealed, Some(commitment))
+    };
     // The receipt names the approved model: the tokens must have come from its bytes, so no
     // file the checkpoint was read from may have been written since it was hashed.
     admitted.generator().checkpoint().seal.check_unchanged()?;
@@ -240,20 +266,27 @@ pub fn run(
         model_digest: cert.model_digest(),
         job_digest: admitted.job_digest(),
         inputs: admitted.inputs_commitment(),
+        inputs_ciphertext: admitted.inputs_ciphertext(),
+        outputs_commitment,
+        sealed: Sealed {
+            inputs: admitted.inputs_ciphertext().is_some(),
+            outputs: outputs_commitment.is_some(),
+        },
         generation: g.clone(),
         runner: RunnerIdentity::current()?,
         started_at,
         finished_at: Timestamp::now(),
         counts,
     };
-    let receipt = sign_receipt(&facts, &[(OUTPUTS_FILE, &outputs)], runner_key)?;
+    let receipt = sign_receipt(&facts, &[(outputs_name, &outputs)], runner_key)?;
     publish(
         &job.output_dir,
-        &[(OUTPUTS_FILE, &outputs), (RECEIPT_FILE, &receipt)],
+        &[(outputs_name, &outputs), (RECEIPT_FILE, &receipt)],
     )?;
     Ok(RunResult {
         output_dir: job.output_dir.clone(),
         facts,
+        outputs_name,
         outputs,
         receipt,
     })

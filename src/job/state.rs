@@ -1,5 +1,6 @@
 //! The runner's state directory, which belongs to the operator and never to a job: the runner's
-//! own signing key, the audit log, the superseded registry and the admitted certificate versions.
+//! own signing key and age identity, the audit log, the superseded registry and the admitted
+//! certificate versions.
 //!
 //! Where it is never depends on the working directory: `--state-dir`, else `$RUNNER_STATE_DIR`,
 //! else [`DEFAULT_STATE_DIR`]. `runner init` creates it (mode 0700) with the runner's key (0600);
@@ -12,8 +13,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Diagnose, Exit};
-use crate::primitives::atomic_file::Overwrite;
+use zeroize::Zeroizing;
+
+use crate::primitives::atomic_file::{write_atomic, Overwrite};
+use crate::primitives::bounded_read::read_bounded;
 use crate::primitives::keys::{public_key_path, write_key_pair, KeyError, PublicKey, SecretKey};
+use crate::primitives::time::Timestamp;
+use crate::sealing::SealKey;
 
 /// Environment variable naming the state directory when `--state-dir` is not given.
 pub const STATE_DIR_ENV: &str = "RUNNER_STATE_DIR";
@@ -24,12 +30,18 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/runner";
 /// The runner's signing key inside the state directory; its public half is `runner.key.pub`.
 pub const RUNNER_KEY_FILE: &str = "runner.key";
 
+/// The runner's age identity inside the state directory (what sealed inputs are opened with).
+pub const RUNNER_SEAL_FILE: &str = "runner.age";
+
+/// The most bytes an age identity file may hold.
+const MAX_SEAL_FILE_BYTES: u64 = 64 << 10;
+
 /// Why the state directory could not be made or used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
     /// The directory does not exist, or holds no runner key.
-    #[error("the runner's state directory {} is not initialised (no {RUNNER_KEY_FILE})", dir.display())]
+    #[error("the runner's state directory {} is not initialised (no {RUNNER_KEY_FILE} and {RUNNER_SEAL_FILE})", dir.display())]
     NotInitialised {
         /// The state directory.
         dir: PathBuf,
@@ -67,6 +79,14 @@ pub enum StateError {
     /// The key could not be made, read or written.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The age identity could not be read or written.
+    #[error("the runner's age identity {}: {why}", path.display())]
+    SealKey {
+        /// The identity file.
+        path: PathBuf,
+        /// What is wrong (never the key).
+        why: String,
+    },
 }
 
 impl Diagnose for StateError {
@@ -76,7 +96,7 @@ impl Diagnose for StateError {
             | StateError::AlreadyInitialised { .. }
             | StateError::NotADirectory { .. } => Exit::BadInput,
             StateError::NotPrivate { .. } => Exit::Refused,
-            StateError::Io { .. } => Exit::Failure,
+            StateError::Io { .. } | StateError::SealKey { .. } => Exit::Failure,
             StateError::Key(e) => e.exit(),
         }
     }
@@ -101,6 +121,12 @@ impl Diagnose for StateError {
                  ${STATE_DIR_ENV} (default {DEFAULT_STATE_DIR})"
             ),
             StateError::Key(e) => return e.hint(),
+            StateError::SealKey { .. } => {
+                "the state directory is damaged; a runner whose identity \
+                is lost needs a new state directory (`runner init`) and owners who encrypt to its \
+                new recipient"
+                    .into()
+            }
         })
     }
 }
@@ -145,6 +171,19 @@ impl StateDir {
         check_private(dir)?;
         let key = SecretKey::generate()?;
         write_key_pair(&key, &dir.join(RUNNER_KEY_FILE), Overwrite::Refuse)?;
+        let seal = SealKey::generate();
+        let seal_path = dir.join(RUNNER_SEAL_FILE);
+        let created = Timestamp::now().to_rfc3339().unwrap_or_default();
+        write_atomic(
+            &seal_path,
+            seal.to_file_text(&created).as_bytes(),
+            0o600,
+            Overwrite::Refuse,
+        )
+        .map_err(|e| StateError::SealKey {
+            path: seal_path.clone(),
+            why: e.to_string(),
+        })?;
         Ok((
             StateDir {
                 dir: dir.to_owned(),
@@ -175,13 +214,14 @@ impl StateDir {
                 dir: dir.to_owned(),
             });
         }
-        if !dir.join(RUNNER_KEY_FILE).exists() {
+        if !dir.join(RUNNER_KEY_FILE).exists() || !dir.join(RUNNER_SEAL_FILE).exists() {
             return Err(StateError::NotInitialised {
                 dir: dir.to_owned(),
             });
         }
         check_private(dir)?;
         check_private(&dir.join(RUNNER_KEY_FILE))?;
+        check_private(&dir.join(RUNNER_SEAL_FILE))?;
         Ok(StateDir {
             dir: dir.to_owned(),
         })
@@ -197,6 +237,27 @@ impl StateDir {
         let path = self.dir.join(RUNNER_KEY_FILE);
         check_private(&path)?;
         Ok(SecretKey::load(&path)?)
+    }
+
+    /// The runner's age identity (read on every call; the secret is zeroized when dropped).
+    pub fn seal_key(&self) -> Result<SealKey, StateError> {
+        let path = self.dir.join(RUNNER_SEAL_FILE);
+        check_private(&path)?;
+        let bad = |why: String| StateError::SealKey {
+            path: path.clone(),
+            why,
+        };
+        let bytes = Zeroizing::new(
+            read_bounded(&path, MAX_SEAL_FILE_BYTES, "age identity")
+                .map_err(|e| bad(e.to_string()))?,
+        );
+        let text = std::str::from_utf8(&bytes).map_err(|_| bad("it is not text".into()))?;
+        SealKey::from_file_text(text).map_err(|why| bad(why.into()))
+    }
+
+    /// The runner's age recipient (`age1...`): what owners encrypt inputs to.
+    pub fn recipient(&self) -> Result<String, StateError> {
+        Ok(self.seal_key()?.recipient())
     }
 
     /// The public half of the runner's signing key.

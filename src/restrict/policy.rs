@@ -47,6 +47,33 @@ pub struct Policy {
     pub limits: Limits,
     /// The output kinds a job may ask for.
     pub outputs: BTreeSet<OutputKind>,
+    /// Whether inputs and outputs must be sealed (absent: both optional).
+    #[serde(default)]
+    pub sealing: Sealing,
+}
+
+/// Whether private data must travel encrypted (the age format): inputs to the runner's
+/// recipient, outputs to the recipients the certificate names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sealing {
+    /// Inputs.
+    #[serde(default)]
+    pub inputs: SealRule,
+    /// Outputs.
+    #[serde(default)]
+    pub outputs: SealRule,
+}
+
+/// One direction's rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SealRule {
+    /// Plaintext is refused.
+    Required,
+    /// Sealed or plaintext.
+    #[default]
+    Optional,
 }
 
 /// Limits the runner enforces on a job before running it.

@@ -25,8 +25,9 @@ use crate::primitives::digest::Digest;
 use crate::primitives::dsse::{DsseError, Envelope};
 use crate::primitives::keys::{KeyId, SecretKey};
 use crate::primitives::time::{TimeError, Timestamp};
-use crate::restrict::policy::Policy;
+use crate::restrict::policy::{Policy, SealRule};
 use crate::restrict::{Checked, RegionKind, Report};
+use crate::sealing::parse_recipient;
 
 /// DSSE payloadType of a certificate.
 pub const CERTIFICATE_PAYLOAD_TYPE: &str = "application/vnd.runner.certificate+json; version=1";
@@ -161,6 +162,9 @@ pub struct Terms {
     pub lineage: String,
     /// Its version in the lineage: 1 for the first, the replaced one's plus one after.
     pub version: u64,
+    /// Who may read the outputs: age X25519 recipients (`age1...`); empty for plaintext
+    /// outputs, where the policy allows them.
+    pub recipients: Vec<String>,
     /// Free text for the other owners.
     pub note: Option<String>,
 }
@@ -209,6 +213,9 @@ pub struct CertificatePayload {
     /// Its version in the lineage, from 1; a runner refuses a version below the highest it has
     /// admitted for the lineage.
     pub version: u64,
+    /// The age recipients outputs are encrypted to, sorted, no repeats; empty: plaintext
+    /// outputs.
+    pub recipients: Vec<String>,
     /// Free text, or `null`.
     pub note: Option<String>,
 }
@@ -246,6 +253,9 @@ pub enum CertError {
         /// How it disagrees.
         why: &'static str,
     },
+    /// The policy requires sealed outputs and the certificate names no one to seal them to.
+    #[error("the policy requires sealed outputs, but the certificate names no recipients")]
+    NoRecipients,
     /// A trusted key's signature does not verify (deliberately without detail).
     #[error("signature by key {} does not verify", .key_id.to_hex())]
     BadSignature {
@@ -371,6 +381,9 @@ impl Diagnose for CertError {
             CertError::BadSignature { .. } => "the certificate was altered after signing, or the \
                 key file in trust.toml is not the one that signed; get an unmodified copy"
                 .into(),
+            CertError::NoRecipients => "name who may read the results: `runner approve ... \
+                --recipient age1...` (or --recipients-file, as `age -R` reads)"
+                .into(),
             CertError::Schema { .. } => "the owners must approve the engine again with this \
                 runner (`runner approve`, `--supersedes` the old certificate)"
                 .into(),
@@ -487,6 +500,12 @@ pub fn build_payload(engine: EngineFacts, terms: Terms) -> Result<CertificatePay
         supersedes: terms.supersedes,
         lineage: terms.lineage,
         version: terms.version,
+        recipients: {
+            let mut r = terms.recipients;
+            r.sort();
+            r.dedup();
+            r
+        },
         note: terms.note,
     };
     payload.check()?;
@@ -545,6 +564,18 @@ impl CertificatePayload {
             return Err(CertError::Payload(
                 "field `version` is 0; versions start at 1".into(),
             ));
+        }
+        for r in &self.recipients {
+            parse_recipient(r)
+                .map_err(|e| CertError::Payload(format!("field `recipients`: {e}")))?;
+        }
+        if self.recipients.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(CertError::Payload(
+                "field `recipients` is not sorted without repeats".into(),
+            ));
+        }
+        if self.policy.sealing.outputs == SealRule::Required && self.recipients.is_empty() {
+            return Err(CertError::NoRecipients);
         }
         if let Some(report) = &self.engine.restrict {
             if report

@@ -11,6 +11,7 @@
 pub mod certificate;
 pub mod config;
 pub mod generation;
+pub mod identity;
 pub mod receipt;
 pub mod review;
 pub mod verify;

@@ -170,50 +170,66 @@ pub struct RunCounts {
     pub finish_reasons: FinishReasons,
 }
 
-/// BLAKE3 derive-key context of the inputs commitment.
+/// BLAKE3 derive-key context of the commitment to the plaintext inputs.
 pub const INPUTS_COMMITMENT_CONTEXT: &str = "runner 2026-12 inputs commitment v1";
+/// BLAKE3 derive-key context of the commitment to the plaintext outputs.
+pub const OUTPUTS_COMMITMENT_CONTEXT: &str = "runner 2026-12 outputs commitment v1";
 
-/// A salted commitment to the inputs file: BLAKE3 in derive-key mode under
-/// [`INPUTS_COMMITMENT_CONTEXT`] of a random 32-byte salt followed by the file's bytes. A plain
-/// digest of a small input (one secret token id, say) could be inverted by anyone who sees it,
-/// by hashing every candidate. The audit log keeps the commitment without its salt, so the log's
-/// readers cannot test guesses, and a fresh salt per run keeps two runs on the same inputs from
-/// being linked. The salt travels in the receipt, so the data owner, who holds the inputs,
-/// recomputes the commitment ([`InputsCommitment::opens`]); whoever holds the receipt can test
-/// guesses too, which is why receipts go only to the recipients the owners named.
+/// The outputs file when sealed to the certificate's recipients.
+pub const SEALED_OUTPUTS_FILE: &str = "outputs.jsonl.age";
+
+/// A salted commitment to plaintext: BLAKE3 in derive-key mode under a context of its own
+/// ([`INPUTS_COMMITMENT_CONTEXT`], [`OUTPUTS_COMMITMENT_CONTEXT`]) of a random 32-byte salt
+/// followed by the bytes. A plain digest of a small input (one secret token id, say) could be
+/// inverted by anyone who sees it, by hashing every candidate. The audit log keeps the
+/// commitment without its salt, so the log's readers cannot test guesses, and a fresh salt per
+/// run keeps two runs on the same data from being linked. The salt travels in the receipt, so a
+/// data owner or recipient who holds the plaintext recomputes the commitment
+/// ([`Commitment::opens`]); whoever holds the receipt can test guesses too, which is why
+/// receipts go only to the recipients the owners named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InputsCommitment {
+pub struct Commitment {
     /// The salt (32 random bytes, as 64 hex digits).
     pub salt: Digest,
     /// The commitment.
     pub commitment: Digest,
 }
 
-impl InputsCommitment {
-    /// The commitment to `bytes` under `salt`.
-    pub fn with_salt(salt: Digest, bytes: &[u8]) -> InputsCommitment {
-        let mut h = blake3::Hasher::new_derive_key(INPUTS_COMMITMENT_CONTEXT);
+impl Commitment {
+    /// The commitment to `bytes` under `salt`, in domain `context`.
+    pub fn with_salt(context: &str, salt: Digest, bytes: &[u8]) -> Commitment {
+        let mut h = blake3::Hasher::new_derive_key(context);
         h.update(&salt.0);
         h.update(bytes);
-        InputsCommitment {
+        Commitment {
             salt,
             commitment: Digest(*h.finalize().as_bytes()),
         }
     }
 
     /// A commitment under a fresh random salt; `None` when the system's generator fails.
-    pub fn new(bytes: &[u8]) -> Option<InputsCommitment> {
+    pub fn new(context: &str, bytes: &[u8]) -> Option<Commitment> {
         use ring::rand::SecureRandom as _;
         let mut salt = [0u8; 32];
         ring::rand::SystemRandom::new().fill(&mut salt).ok()?;
-        Some(InputsCommitment::with_salt(Digest(salt), bytes))
+        Some(Commitment::with_salt(context, Digest(salt), bytes))
     }
 
-    /// Whether `bytes` are the inputs committed to.
-    pub fn opens(&self, bytes: &[u8]) -> bool {
-        InputsCommitment::with_salt(self.salt, bytes) == *self
+    /// Whether `bytes` are what was committed to in domain `context`.
+    pub fn opens(&self, context: &str, bytes: &[u8]) -> bool {
+        Commitment::with_salt(context, self.salt, bytes) == *self
     }
+}
+
+/// Which directions of a run were sealed (the age format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sealed {
+    /// The inputs arrived encrypted to the runner.
+    pub inputs: bool,
+    /// The outputs were written encrypted to the certificate's recipients.
+    pub outputs: bool,
 }
 
 /// Everything a receipt binds about one run: what `runner exec` fills in, and the receipt's
@@ -231,8 +247,16 @@ pub struct RunFacts {
     pub model_digest: Digest,
     /// BLAKE3 of the exact `job.toml` bytes.
     pub job_digest: Digest,
-    /// The salted commitment to the exact inputs file bytes.
-    pub inputs: InputsCommitment,
+    /// The salted commitment to the exact plaintext inputs bytes.
+    pub inputs: Commitment,
+    /// BLAKE3 of the inputs file as received, when it was sealed (the digest of plaintext
+    /// inputs is never written: it could be inverted by guessing).
+    pub inputs_ciphertext: Option<Digest>,
+    /// The salted commitment to the plaintext outputs, when they were sealed (the subjects then
+    /// bind the ciphertext).
+    pub outputs_commitment: Option<Commitment>,
+    /// Which directions were sealed.
+    pub sealed: Sealed,
     /// The job's generation settings.
     pub generation: Generation,
     /// The runner binary.
@@ -265,6 +289,12 @@ impl RunFacts {
         }
         if self.generation.outputs.is_empty() {
             return Err("field `generation.outputs` is empty".into());
+        }
+        if self.sealed.inputs != self.inputs_ciphertext.is_some() {
+            return Err("field `sealed.inputs` disagrees with `inputs_ciphertext`".into());
+        }
+        if self.sealed.outputs != self.outputs_commitment.is_some() {
+            return Err("field `sealed.outputs` disagrees with `outputs_commitment`".into());
         }
         Ok(())
     }
@@ -871,6 +901,7 @@ mod tests {
                 supersedes: None,
                 lineage: "gemma3".into(),
                 version: 1,
+                recipients: vec![crate::sealing::SealKey::generate().recipient()],
                 note: note.map(str::to_owned),
             },
         )
@@ -887,7 +918,17 @@ mod tests {
             policy_id: p.policy_id,
             model_digest: p.model_digest,
             job_digest: Digest::of(b"job.toml"),
-            inputs: InputsCommitment::with_salt(Digest::of(b"salt"), b"inputs.jsonl"),
+            inputs: Commitment::with_salt(
+                INPUTS_COMMITMENT_CONTEXT,
+                Digest::of(b"salt"),
+                b"inputs.jsonl",
+            ),
+            inputs_ciphertext: None,
+            outputs_commitment: None,
+            sealed: Sealed {
+                inputs: false,
+                outputs: false,
+            },
             generation: Generation {
                 batch_size: 8,
                 max_new_tokens: 32,

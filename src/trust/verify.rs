@@ -222,6 +222,7 @@ mod tests {
                 supersedes: None,
                 lineage: "gemma3".into(),
                 version: 1,
+                recipients: vec![crate::sealing::SealKey::generate().recipient()],
                 note: Some("first approval".into()),
             },
         )
@@ -584,6 +585,7 @@ mod tests {
             supersedes: None,
             lineage: "gemma3".into(),
             version: 1,
+            recipients: vec![crate::sealing::SealKey::generate().recipient()],
             note: None,
         };
         let engine = EngineFacts {
@@ -696,6 +698,7 @@ mod tests {
                 supersedes: Some(Digest::of(b"old")),
                 lineage: "gemma3".into(),
                 version: 1,
+                recipients: vec![crate::sealing::SealKey::generate().recipient()],
                 note: None,
             },
         )

@@ -14,7 +14,7 @@ use runner::model::synthetic::SyntheticSpec;
 use runner::model::tokenizer::Tokenizer;
 use runner::primitives::digest::Digest;
 use runner::trust::certificate::Certificate;
-use runner::trust::receipt::InputsCommitment;
+use runner::trust::receipt::{Commitment, INPUTS_COMMITMENT_CONTEXT};
 use serde_json::Value;
 
 use crate::common::repo::{cached_tokenizer, root};
@@ -78,7 +78,7 @@ fn exec_runs_an_approved_job_and_its_receipt_verifies() {
     let salt = Digest::from_hex(f["inputs"]["salt"].as_str().unwrap()).unwrap();
     assert_eq!(
         f["inputs"]["commitment"],
-        InputsCommitment::with_salt(salt, &inputs)
+        Commitment::with_salt(INPUTS_COMMITMENT_CONTEXT, salt, &inputs)
             .commitment
             .to_hex()
     );
@@ -489,7 +489,7 @@ fn rejects_missing_certificate_engine_or_runner_state() {
     // Without the runner's key its state directory is not initialised: nothing can be signed,
     // so nothing is attempted (and there is no log to record it in).
     fs::remove_file(env.path("state/runner.key")).unwrap();
-    let stderr = env.fails(EXEC, 2, "is not initialised (no runner.key)");
+    let stderr = env.fails(EXEC, 2, "is not initialised (no runner.key and runner.age)");
     assert!(stderr.contains("runner init"), "{stderr}");
     assert!(!env.path("out").exists());
 }
@@ -669,6 +669,7 @@ fn a_model_written_during_the_run_signs_nothing() {
         trust: &trust,
         history: &History::default(),
         state_dir: state.path(),
+        seal_key: &state.seal_key().unwrap(),
         now: time::OffsetDateTime::now_utc(),
     };
     let admitted = admit(&request).unwrap();

@@ -257,11 +257,18 @@ fn init_makes_the_state_once_and_identity_prints_its_key() {
     let id = env.ok(&["identity", "--state-dir", "st"]);
     let public = runner::primitives::keys::PublicKey::load(&env.path("st/runner.key.pub")).unwrap();
     assert!(id.contains(&public.key_id().to_hex()), "{id}");
-    let json = env.ok(&["identity", "--state-dir", "st", "--json"]);
-    assert_eq!(
-        runner::primitives::keys::PublicKey::from_file_bytes(json.as_bytes()).unwrap(),
-        public
+    // The identity document binds the age recipient to the signing key, signed by it.
+    assert_eq!(mode(&env.path("st/runner.age")), 0o600);
+    let recipient = env.ok(&["identity", "--state-dir", "st", "--recipient"]);
+    let recipient = recipient.trim();
+    assert!(
+        recipient.starts_with("age1") && id.contains(recipient),
+        "{id}"
     );
+    let json = env.ok(&["identity", "--state-dir", "st", "--json"]);
+    let (doc, signer) = runner::trust::identity::verify_identity(json.trim().as_bytes()).unwrap();
+    assert_eq!(signer, public);
+    assert_eq!(doc.age_recipient, recipient);
     let stderr = env.fails(&["init", "--state-dir", "st"], 2, "already initialised");
     assert!(stderr.contains("runner identity"), "{stderr}");
     // The key is the one the first init made.

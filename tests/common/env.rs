@@ -52,7 +52,7 @@ impl Env {
         env.write("model/config.json", br#"{"hidden_size": 640}"#);
         env.write("model/model.safetensors", weights);
         env.copy_in(&root().join("engines/gemma3.eng"), "gemma3.eng");
-        env.copy_in(&root().join("policies/gemma3.json"), "gemma3.json");
+        env.write_policy("gemma3.json");
         env
     }
 
@@ -104,7 +104,7 @@ impl Env {
             env.mkdir(d);
         }
         env.install_engine("gemma3.eng");
-        env.copy_in(&root().join("policies/gemma3.json"), "policies/gemma3.json");
+        env.write_policy("policies/gemma3.json");
         for k in ["owner-a", "owner-b"] {
             env.keygen(k);
         }
@@ -135,12 +135,13 @@ impl Env {
         let env = Env {
             dir,
             engine: "engines/gemma3.eng",
-            policy: root().join("policies/gemma3.json").display().to_string(),
+            policy: "policy.json".into(),
             model: fixture_model("tiny-270m").display().to_string(),
             owners: ["alice", "bob"],
         };
         env.mkdir("engines");
         env.mkdir("keys");
+        env.write_policy("policy.json");
         for key in ["alice", "bob"] {
             env.keygen(key);
         }
@@ -173,6 +174,16 @@ impl Env {
             log.append(record).unwrap();
         }
         env
+    }
+
+    /// The shipped policy as `name`, with sealing optional: most tests exercise other checks on
+    /// plaintext inputs and outputs; `tests/cli/sealing.rs` runs the shipped policy as it is.
+    pub fn write_policy(&self, name: &str) {
+        let mut policy: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(root().join("policies/gemma3.json")).unwrap())
+                .unwrap();
+        policy["sealing"] = serde_json::json!({"inputs": "optional", "outputs": "optional"});
+        self.write(name, serde_json::to_vec_pretty(&policy).unwrap());
     }
 
     /// Copy the repository's `engines/<shipped>` to `engines/gemma3.eng`, the engine jobs run

@@ -7,8 +7,8 @@ use runner::restrict::policy::OutputKind;
 use runner::trust::certificate::Certificate;
 use runner::trust::generation::Generation;
 use runner::trust::receipt::{
-    sign_receipt, FinishReasons, InputsCommitment, RunCounts, RunFacts, RunnerIdentity,
-    RECEIPT_PAYLOAD_TYPE,
+    sign_receipt, Commitment, FinishReasons, RunCounts, RunFacts, RunnerIdentity, Sealed,
+    INPUTS_COMMITMENT_CONTEXT, RECEIPT_PAYLOAD_TYPE,
 };
 use serde_json::Value;
 
@@ -41,7 +41,17 @@ impl Env {
             policy_id: p.policy_id,
             model_digest: p.model_digest,
             job_digest: Digest::of(b"job.toml bytes"),
-            inputs: InputsCommitment::with_salt(Digest::of(b"salt"), b"inputs bytes"),
+            inputs: Commitment::with_salt(
+                INPUTS_COMMITMENT_CONTEXT,
+                Digest::of(b"salt"),
+                b"inputs bytes",
+            ),
+            inputs_ciphertext: None,
+            outputs_commitment: None,
+            sealed: Sealed {
+                inputs: false,
+                outputs: false,
+            },
             generation: Generation {
                 batch_size: 4,
                 max_new_tokens: 16,

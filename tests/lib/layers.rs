@@ -12,7 +12,7 @@ use crate::common::repo::root;
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["primitives", "memory"],
-    &["kernels"],
+    &["kernels", "sealing"],
     &["restrict"],
     &["model"],
     &["trust"],

@@ -36,6 +36,7 @@ fn policy(limits: [u32; 4], allow: Vec<String>, text_output: bool) -> Policy {
             max_inputs: limits[3],
         },
         outputs,
+        sealing: Default::default(),
     }
 }
 
@@ -89,6 +90,7 @@ proptest! {
                 supersedes: supersedes.map(Digest),
                 lineage: "gemma3".into(),
                 version: 1,
+                recipients: Vec::new(),
                 note,
             },
         ).unwrap();
@@ -136,6 +138,7 @@ fn signed() -> &'static Signed {
                 supersedes: Some(Digest::of(b"previous")),
                 lineage: "gemma3".into(),
                 version: 1,
+                recipients: Vec::new(),
                 note: Some("n".into()),
             },
         )

@@ -1,0 +1,184 @@
+//! Opening an age file in memory: binary or ASCII-armored, with the runner's identity. Every
+//! way it can fail is told apart, in words that name no secret, so the refusal can say what to
+//! do: a file for another recipient says how many recipients it has and which kind (X25519
+//! stanzas do not name their recipient), a passphrase file says so, and a damaged one is just
+//! damaged (age's own failures are deliberately opaque).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use zeroize::Zeroizing;
+
+use super::SealKey;
+
+/// The first line of a binary age file.
+const BINARY_MAGIC: &[u8] = b"age-encryption.org/";
+/// The first line of an armored one.
+const ARMOR_BEGIN: &[u8] = b"-----BEGIN AGE ENCRYPTED FILE-----";
+
+/// Why an age file was not opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// None of the file's recipients is this identity.
+    #[error("it is encrypted to {stanzas}, none of them this runner ({ours})")]
+    NotForUs {
+        /// What the header holds, e.g. "2 X25519 recipients".
+        stanzas: String,
+        /// This runner's recipient.
+        ours: String,
+    },
+    /// Encrypted with a passphrase (scrypt), which a runner cannot be given.
+    #[error("it is encrypted with a passphrase, not to a recipient")]
+    Passphrase,
+    /// A newer or unknown age format.
+    #[error("it is in an age format this runner does not read")]
+    UnknownFormat,
+    /// The header, a MAC or the payload does not check out: truncated, altered, or not age.
+    #[error("it is damaged: {0}")]
+    Damaged(&'static str),
+    /// The plaintext is larger than the caller allows.
+    #[error("its plaintext is larger than {0} bytes")]
+    TooLarge(u64),
+}
+
+/// Whether `bytes` begin like an age file (binary or armored).
+pub fn is_age(bytes: &[u8]) -> bool {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let rest = &bytes[start..];
+    rest.starts_with(BINARY_MAGIC) || rest.starts_with(ARMOR_BEGIN)
+}
+
+/// The recipient stanza tags of an age header, counted ("2 X25519 recipients"), read from the
+/// dearmored bytes without decrypting anything.
+fn describe_stanzas(binary: &[u8]) -> String {
+    let mut tags: BTreeMap<String, usize> = BTreeMap::new();
+    for line in binary.split(|&b| b == b'\n').skip(1) {
+        if line.starts_with(b"---") {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix(b"-> ") {
+            let tag = rest.split(|&b| b == b' ').next().unwrap_or_default();
+            let tag: String = String::from_utf8_lossy(tag)
+                .chars()
+                .filter(|c| c.is_ascii_graphic())
+                .take(32)
+                .collect();
+            // age adds stanzas of random `*-grease` tags that no identity opens.
+            if !tag.ends_with("-grease") {
+                *tags.entry(tag).or_default() += 1;
+            }
+        }
+    }
+    if tags.is_empty() {
+        return "no recipients".into();
+    }
+    tags.iter()
+        .map(|(tag, n)| format!("{n} {tag} recipient{}", if *n == 1 { "" } else { "s" }))
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// The plaintext of the age file `bytes`, for `key`, at most `cap` bytes, in zeroizing memory.
+pub fn open(bytes: &[u8], key: &SealKey, cap: u64) -> Result<Zeroizing<Vec<u8>>, OpenError> {
+    // Dearmored once here, so the header can be described when the key does not match.
+    let mut binary = Zeroizing::new(Vec::with_capacity(bytes.len()));
+    age::armor::ArmoredReader::new(bytes)
+        .read_to_end(&mut binary)
+        .map_err(|_| OpenError::Damaged("its ASCII armor is malformed"))?;
+    let decryptor = match age::Decryptor::new_buffered(&binary[..]) {
+        Ok(d) => d,
+        Err(age::DecryptError::UnknownFormat) => return Err(OpenError::UnknownFormat),
+        Err(_) => return Err(OpenError::Damaged("its header does not parse")),
+    };
+    if decryptor.is_scrypt() {
+        return Err(OpenError::Passphrase);
+    }
+    let mut reader = match decryptor.decrypt(std::iter::once(key.identity() as &dyn age::Identity))
+    {
+        Ok(r) => r,
+        Err(age::DecryptError::NoMatchingKeys) => {
+            return Err(OpenError::NotForUs {
+                stanzas: describe_stanzas(&binary),
+                ours: key.recipient(),
+            })
+        }
+        Err(age::DecryptError::InvalidMac) => {
+            return Err(OpenError::Damaged("its header was altered"))
+        }
+        Err(_) => return Err(OpenError::Damaged("its header does not check out")),
+    };
+    let mut plain = Zeroizing::new(Vec::new());
+    (&mut reader)
+        .take(cap.saturating_add(1))
+        .read_to_end(&mut plain)
+        .map_err(|_| OpenError::Damaged("its payload was truncated or altered"))?;
+    if plain.len() as u64 > cap {
+        return Err(OpenError::TooLarge(cap));
+    }
+    Ok(plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sealing::seal;
+
+    fn sealed_to(recipients: &[String], plain: &[u8], armor: bool) -> Vec<u8> {
+        seal::seal_with(plain, recipients, armor).unwrap()
+    }
+
+    #[test]
+    fn opens_binary_and_armored_files_for_any_of_their_recipients() {
+        let (ours, other) = (SealKey::generate(), SealKey::generate());
+        let recipients = [other.recipient(), ours.recipient()];
+        for armor in [false, true] {
+            let file = sealed_to(&recipients, b"private", armor);
+            assert!(is_age(&file));
+            assert_eq!(&open(&file, &ours, 100).unwrap()[..], b"private");
+            assert_eq!(&open(&file, &other, 100).unwrap()[..], b"private");
+        }
+        assert!(!is_age(b"{\"id\": \"a\"}"));
+    }
+
+    #[test]
+    fn rejects_each_kind_of_failure_by_name() {
+        let (ours, other) = (SealKey::generate(), SealKey::generate());
+        let file = sealed_to(&[other.recipient(), other.recipient()], b"private", false);
+        assert_eq!(
+            open(&file, &ours, 100).unwrap_err(),
+            OpenError::NotForUs {
+                stanzas: "2 X25519 recipients".into(),
+                ours: ours.recipient()
+            }
+        );
+        let file = sealed_to(&[ours.recipient()], b"private data", false);
+        let truncated = &file[..file.len() - 4];
+        assert!(matches!(
+            open(truncated, &ours, 100),
+            Err(OpenError::Damaged(_))
+        ));
+        let mut altered = file.clone();
+        let last = altered.len() - 1;
+        altered[last] ^= 1;
+        assert!(matches!(
+            open(&altered, &ours, 100),
+            Err(OpenError::Damaged(_))
+        ));
+        assert_eq!(open(&file, &ours, 5), Err(OpenError::TooLarge(5)));
+        let passphrase = {
+            let enc = age::Encryptor::with_user_passphrase(age::secrecy::SecretString::from(
+                "correct horse".to_owned(),
+            ));
+            let mut out = Vec::new();
+            let mut w = enc.wrap_output(&mut out).unwrap();
+            std::io::Write::write_all(&mut w, b"x").unwrap();
+            w.finish().unwrap();
+            out
+        };
+        assert_eq!(open(&passphrase, &ours, 100), Err(OpenError::Passphrase));
+    }
+}
