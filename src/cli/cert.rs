@@ -225,15 +225,23 @@ pub fn approve(args: ApproveArgs) -> CliResult {
 
 /// The recipients given by `--recipient` and `--recipients-file`, each checked.
 fn recipients_of(args: &ApproveArgs) -> Result<Vec<String>, super::CliError> {
+    recipients_from(&args.recipients, args.recipients_file.as_deref())
+}
+
+/// Recipients given on the command line and in a recipients file, each checked.
+pub(super) fn recipients_from(
+    given: &[String],
+    file: Option<&Path>,
+) -> Result<Vec<String>, super::CliError> {
     let mut all = Vec::new();
-    for r in &args.recipients {
+    for r in given {
         all.push(parse_recipient(r)?.to_string());
     }
-    if let Some(path) = &args.recipients_file {
+    if let Some(path) = file {
         let text = read_bounded_text(path, MAX_TEXT_BYTES, "recipients file")?;
         all.extend(
             parse_recipients_file(&text).map_err(|source| RecipientsFile {
-                path: path.clone(),
+                path: path.to_owned(),
                 source,
             })?,
         );

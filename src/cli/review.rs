@@ -30,6 +30,13 @@ pub struct ReviewArgs {
     /// The model directory, to say whether it is still the approved model.
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
+    /// The recipients the new certificate would name (repeat), to show what changes in who may
+    /// read the results.
+    #[arg(long = "recipient", value_name = "AGE1...")]
+    recipients: Vec<String>,
+    /// The same, from a file in the form `age -R` reads.
+    #[arg(long, value_name = "FILE")]
+    recipients_file: Option<PathBuf>,
     /// Print the review as JSON.
     #[arg(long)]
     json: bool,
@@ -61,6 +68,14 @@ pub fn review(args: ReviewArgs) -> CliResult {
         Some(dir) => Some(model_digest(dir)?.digest),
         None => None,
     };
+    let recipients = if args.recipients.is_empty() && args.recipients_file.is_none() {
+        None
+    } else {
+        Some(super::cert::recipients_from(
+            &args.recipients,
+            args.recipients_file.as_deref(),
+        )?)
+    };
     let r = make_review(
         cert.digest(),
         old,
@@ -68,6 +83,7 @@ pub fn review(args: ReviewArgs) -> CliResult {
         &policy,
         old_checked.as_ref(),
         model,
+        recipients,
     )?;
     if args.json {
         print(&format!("{}\n", r.to_json()))

@@ -21,7 +21,7 @@ const ARMOR_BEGIN: &[u8] = b"-----BEGIN AGE ENCRYPTED FILE-----";
 #[non_exhaustive]
 pub enum OpenError {
     /// None of the file's recipients is this identity.
-    #[error("it is encrypted to {stanzas}, none of them this runner ({ours})")]
+    #[error("it is encrypted to {stanzas}, none of them {ours}")]
     NotForUs {
         /// What the header holds, e.g. "2 X25519 recipients".
         stanzas: String,

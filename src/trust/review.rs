@@ -96,6 +96,9 @@ pub struct Review {
     pub view: ViewDiff,
     /// Model digest, when a model directory was given.
     pub model_digest: Option<Change<Digest>>,
+    /// Who may read the results: the certificate's recipients, and the new list when one was
+    /// given (sorted, no repeats).
+    pub recipients: Change<Vec<String>>,
     /// One line: what changed and whether re-approval is needed.
     pub verdict: String,
 }
@@ -200,6 +203,7 @@ pub fn review(
     new_policy: &Policy,
     old_engine: Option<&Checked>,
     model: Option<Digest>,
+    recipients: Option<Vec<String>>,
 ) -> Result<Review, ReviewError> {
     let approved = old.engine.restrict.as_ref().ok_or(ReviewError::NoReport)?;
     let report = new.report();
@@ -226,7 +230,18 @@ pub fn review(
         old: old.model_digest,
         new: m,
     });
-    let verdict = verdict(&policy_id, &source_digest, model_digest.as_ref());
+    let recipients = Change {
+        old: old.recipients.clone(),
+        new: match recipients {
+            Some(mut r) => {
+                r.sort();
+                r.dedup();
+                r
+            }
+            None => old.recipients.clone(),
+        },
+    };
+    let verdict = verdict(&policy_id, &source_digest, model_digest.as_ref(), &recipients);
     Ok(Review {
         certificate,
         source_digest,
@@ -244,6 +259,7 @@ pub fn review(
         },
         view,
         model_digest,
+        recipients,
         verdict,
     })
 }
@@ -287,6 +303,7 @@ fn verdict(
     policy_id: &Change<Digest>,
     source_digest: &Change<Digest>,
     model_digest: Option<&Change<Digest>>,
+    recipients: &Change<Vec<String>>,
 ) -> String {
     let mut parts = vec![
         if policy_id.unchanged() {
@@ -305,9 +322,13 @@ fn verdict(
         Some(_) => parts.push("model CHANGED"),
         None => {}
     }
+    if !recipients.unchanged() {
+        parts.push("recipients CHANGED");
+    }
     let everything_same = policy_id.unchanged()
         && source_digest.unchanged()
-        && model_digest.is_none_or(Change::unchanged);
+        && model_digest.is_none_or(Change::unchanged)
+        && recipients.unchanged();
     parts.push(if everything_same {
         "the certificate still applies"
     } else {
@@ -378,6 +399,28 @@ impl Review {
             self.calls_checked.old,
             self.calls_checked.new
         );
+        let r = &self.recipients;
+        if r.unchanged() {
+            let _ = writeln!(
+                s,
+                "recipients        unchanged: {}",
+                if r.old.is_empty() {
+                    "none (outputs in plaintext)".to_owned()
+                } else {
+                    r.old.join(", ")
+                }
+            );
+        } else {
+            let added: Vec<&String> = r.new.iter().filter(|x| !r.old.contains(x)).collect();
+            let removed: Vec<&String> = r.old.iter().filter(|x| !r.new.contains(x)).collect();
+            let _ = writeln!(s, "recipients        CHANGED");
+            for a in added {
+                let _ = writeln!(s, "  added         {a}");
+            }
+            for x in removed {
+                let _ = writeln!(s, "  removed       {x}");
+            }
+        }
         if let Some(m) = &self.model_digest {
             let _ = writeln!(
                 s,

@@ -11,5 +11,6 @@ mod exec;
 mod reapproval;
 mod receipt;
 mod restrict;
+mod sealing;
 mod security;
 mod trust;
