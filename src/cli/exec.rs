@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::{print, CliResult};
 use crate::job::exec::ExecRequest;
-use crate::job::run::{OUTPUTS_FILE, RECEIPT_FILE};
+use crate::job::run::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
 use crate::job::state::{state_dir, StateDir};
 use crate::trust::config::DEFAULT_TRUST_FILE;
 
@@ -52,7 +52,11 @@ pub fn exec(args: ExecArgs) -> CliResult {
         c.generated_tokens,
         c.finish_reasons.stop,
         c.finish_reasons.length,
-        OUTPUTS_FILE,
+        if result.facts.sealed.outputs {
+            SEALED_OUTPUTS_FILE
+        } else {
+            OUTPUTS_FILE
+        },
         RECEIPT_FILE,
         result.output_dir.display(),
         result.facts.certificate_digest.short(),

@@ -241,7 +241,12 @@ pub fn review(
             None => old.recipients.clone(),
         },
     };
-    let verdict = verdict(&policy_id, &source_digest, model_digest.as_ref(), &recipients);
+    let verdict = verdict(
+        &policy_id,
+        &source_digest,
+        model_digest.as_ref(),
+        &recipients,
+    );
     Ok(Review {
         certificate,
         source_digest,

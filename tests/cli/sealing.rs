@@ -82,10 +82,18 @@ fn sealed_env() -> (Env, String) {
     env.write_model_fixture();
     let r1 = keygen(&env.path("keys/r1.age"));
     let r2 = keygen(&env.path("keys/r2.age"));
-    env.write("keys/recipients.txt", format!("# who reads the results\n{r2}\n"));
+    env.write(
+        "keys/recipients.txt",
+        format!("# who reads the results\n{r2}\n"),
+    );
     env.approve_both(
         "cert.json",
-        &["--recipient", &r1, "--recipients-file", "keys/recipients.txt"],
+        &[
+            "--recipient",
+            &r1,
+            "--recipients-file",
+            "keys/recipients.txt",
+        ],
     );
     let runner = String::from_utf8(
         env.command(&["identity", "--state-dir", "state", "--recipient"])
@@ -104,7 +112,11 @@ fn sealed_env() -> (Env, String) {
 
 /// `age -d -i KEY FILE`.
 fn age_decrypt(identity: &Path, file: &Path) -> Vec<u8> {
-    run(Command::new(tool("age")).arg("-d").arg("-i").arg(identity).arg(file))
+    run(Command::new(tool("age"))
+        .arg("-d")
+        .arg("-i")
+        .arg(identity)
+        .arg(file))
 }
 
 #[test]
@@ -132,6 +144,10 @@ fn inputs_sealed_by_age_run_and_outputs_open_with_age_for_every_recipient() {
         owner.seal(&args, &env.path("inputs.jsonl.age"));
         let out = env.ok(EXEC);
         assert!(out.contains("ran 2 inputs"), "{args:?}: {out}");
+        assert!(
+            out.contains("wrote outputs.jsonl.age and receipt.json"),
+            "{out}"
+        );
         assert!(!env.path("out/outputs.jsonl").exists());
         let sealed = env.path("out/outputs.jsonl.age");
         let one = age_decrypt(&env.path("keys/r1.age"), &sealed);
@@ -151,7 +167,10 @@ fn inputs_sealed_by_age_run_and_outputs_open_with_age_for_every_recipient() {
         // The receipt binds the ciphertexts and commits to both plaintexts.
         let receipt = env.verify_receipt("cert.json");
         let f = &receipt["facts"];
-        assert_eq!(f["sealed"], serde_json::json!({"inputs": true, "outputs": true}));
+        assert_eq!(
+            f["sealed"],
+            serde_json::json!({"inputs": true, "outputs": true})
+        );
         let sealed_inputs = fs::read(env.path("inputs.jsonl.age")).unwrap();
         assert_eq!(
             f["inputs_ciphertext"],
@@ -161,8 +180,16 @@ fn inputs_sealed_by_age_run_and_outputs_open_with_age_for_every_recipient() {
             let c: Commitment = serde_json::from_value(field.clone()).unwrap();
             c.opens(context, bytes)
         };
-        assert!(opens(&f["inputs"], INPUTS_COMMITMENT_CONTEXT, INPUTS.as_bytes()));
-        assert!(opens(&f["outputs_commitment"], OUTPUTS_COMMITMENT_CONTEXT, &one));
+        assert!(opens(
+            &f["inputs"],
+            INPUTS_COMMITMENT_CONTEXT,
+            INPUTS.as_bytes()
+        ));
+        assert!(opens(
+            &f["outputs_commitment"],
+            OUTPUTS_COMMITMENT_CONTEXT,
+            &one
+        ));
         assert_eq!(receipt["subjects"][0]["name"], "outputs.jsonl.age");
         fs::rename(env.path("out"), env.path(&format!("out-{i}"))).unwrap();
     }
@@ -187,7 +214,10 @@ fn verify_and_decrypt_open_the_sealed_outputs_for_a_recipient() {
     };
     let args = with(&["--identity", "keys/r1.age", "--inputs", "inputs.jsonl.age"]);
     let out = env.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(out.contains("plaintext matches") && out.contains("matches --inputs"), "{out}");
+    assert!(
+        out.contains("plaintext matches") && out.contains("matches --inputs"),
+        "{out}"
+    );
     // The owner checks the plaintext they hold.
     let plain = owner.inputs();
     let args = with(&["--inputs", plain.to_str().unwrap()]);
@@ -202,7 +232,12 @@ fn verify_and_decrypt_open_the_sealed_outputs_for_a_recipient() {
         "none of them age1",
     );
     // `runner decrypt` gives what `age -d` gives.
-    let decrypted = env.ok(&["decrypt", "--identity", "keys/r2.age", "out/outputs.jsonl.age"]);
+    let decrypted = env.ok(&[
+        "decrypt",
+        "--identity",
+        "keys/r2.age",
+        "out/outputs.jsonl.age",
+    ]);
     assert_eq!(
         decrypted.as_bytes(),
         age_decrypt(&env.path("keys/r2.age"), &env.path("out/outputs.jsonl.age"))
@@ -236,7 +271,11 @@ fn rejects_every_sealed_input_this_runner_cannot_open() {
         out
     };
     env.write("inputs.jsonl.age", &passphrase);
-    env.refused(EXEC, 3, &["encrypted with a passphrase", "not with a passphrase"]);
+    env.refused(
+        EXEC,
+        3,
+        &["encrypted with a passphrase", "not with a passphrase"],
+    );
     // Truncated, and altered.
     owner.seal(&["-r", &runner], &env.path("inputs.jsonl.age"));
     let good = fs::read(env.path("inputs.jsonl.age")).unwrap();
@@ -252,7 +291,10 @@ fn rejects_every_sealed_input_this_runner_cannot_open() {
     env.refused(
         EXEC,
         3,
-        &["are not sealed, and the policy requires sealed inputs", "age -r"],
+        &[
+            "are not sealed, and the policy requires sealed inputs",
+            "age -r",
+        ],
     );
     // None of these left plaintext in the audit log.
     let log = env.read("state/audit.jsonl");
@@ -283,7 +325,11 @@ fn approve_refuses_a_certificate_without_recipients_when_outputs_must_be_sealed(
     assert!(!env.path("plain.json").exists());
     // The owners see who may read the results, and a change of them on review.
     let inspect = env.ok(&["inspect", "cert.json"]);
-    assert_eq!(inspect.matches("recipient     age1").count(), 2, "{inspect}");
+    assert_eq!(
+        inspect.matches("recipient     age1").count(),
+        2,
+        "{inspect}"
+    );
     let newcomer = keygen(&env.path("keys/r3.age"));
     let review = env.ok(&[
         "review",
@@ -295,7 +341,10 @@ fn approve_refuses_a_certificate_without_recipients_when_outputs_must_be_sealed(
         &newcomer,
     ]);
     assert!(review.contains("recipients        CHANGED"), "{review}");
-    assert!(review.contains(&format!("added         {newcomer}")), "{review}");
+    assert!(
+        review.contains(&format!("added         {newcomer}")),
+        "{review}"
+    );
     assert!(review.contains("re-approval needed"), "{review}");
 }
 
@@ -344,5 +393,9 @@ fn a_sealed_run_leaves_no_plaintext_in_state_outputs_or_temp() {
             assert!(found.is_empty(), "{needle:?} in {found:?}");
         }
     }
-    assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "the run wrote to TMPDIR");
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the run wrote to TMPDIR"
+    );
 }
