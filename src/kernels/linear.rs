@@ -24,9 +24,14 @@ use super::tensor::{DType, Tensor, Weight};
 
 #[cfg(target_arch = "x86_64")]
 mod gemv;
+#[cfg(target_arch = "x86_64")]
+mod panel;
 
 /// Weight rows per decoded tile.
 const NB: usize = 8;
+/// Where a thread's share of the output columns may start: a whole number of the panel
+/// kernel's panels (`linear/panel.rs`), which holds 16.
+const ALIGN: usize = 16;
 /// Inner elements per decoded tile (a multiple of `LANES`, so lane order is preserved).
 const KB: usize = 2048;
 /// x rows per block sharing one decoded tile.
@@ -35,6 +40,14 @@ const MB: usize = 64;
 const MR: usize = 3;
 /// Micro-kernel rows of w.
 const NR: usize = 2;
+/// The AVX2 micro-kernel's rows of x and of w. It runs over each half of the 16 lanes in turn,
+/// so an accumulator is one 256-bit register: 12 accumulators, 3 x vectors and one weight
+/// vector fill the 16 ymm registers, and a step makes 12 FMAs from 7 loads.
+const HALF_MR: usize = 3;
+const HALF_NR: usize = 4;
+/// Inner elements the AVX2 micro-kernel covers per pass over one half of the lanes, so that
+/// the second half finds its operands still in L1 (7 rows × 2 KiB).
+const HALF_KB: usize = 512;
 /// The AVX-512 micro-kernel's rows of x and of w: 24 accumulators, 4 weight vectors and one x
 /// vector fill 29 of the 32 zmm registers.
 const WIDE_MR: usize = 6;
@@ -155,6 +168,18 @@ trait Rows: Sync {
     unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
         self.decode(start, out);
     }
+    /// Elements `start..start + 8` as one vector, the values [`Rows::decode`] gives.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8_avx2(&self, start: usize) -> std::arch::x86_64::__m256 {
+        let mut v = [0.0f32; 8];
+        self.decode(start, &mut v);
+        // SAFETY: `v` holds 8 f32s (one unaligned load); the caller guarantees AVX.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(v.as_ptr()) }
+    }
 }
 
 struct WeightRows<'a> {
@@ -202,6 +227,29 @@ impl Rows for WeightRows<'_> {
             DType::F16 => unsafe { simd::decode16_avx2(bytes, true, out) },
         }
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8_avx2(&self, start: usize) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{
+            __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_loadu_ps,
+            _mm256_slli_epi32, _mm_loadu_si128,
+        };
+        let s = self.dtype.size();
+        let bytes = &self.bytes[start * s..(start + 8) * s];
+        // SAFETY: `bytes` holds exactly the 8 elements (32 bytes of f32, 16 of bf16 or f16:
+        // one unaligned load); the caller guarantees AVX2, FMA and F16C.
+        unsafe {
+            match self.dtype {
+                DType::F32 => _mm256_loadu_ps(bytes.as_ptr().cast::<f32>()),
+                DType::BF16 => {
+                    let raw = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
+                    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
+                }
+                DType::F16 => _mm256_cvtph_ps(_mm_loadu_si128(bytes.as_ptr().cast::<__m128i>())),
+            }
+        }
+    }
 }
 
 struct F32Rows<'a>(&'a [f32]);
@@ -211,16 +259,53 @@ impl Rows for F32Rows<'_> {
     fn decode(&self, start: usize, out: &mut [f32]) {
         out.copy_from_slice(&self.0[start..start + out.len()]);
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8_avx2(&self, start: usize) -> std::arch::x86_64::__m256 {
+        let v = &self.0[start..start + 8];
+        // SAFETY: `v` holds exactly 8 f32s (one unaligned load); the caller guarantees AVX.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(v.as_ptr()) }
+    }
 }
 
 /// `[m, n]`, the output columns split between threads, each filling its own columns in place.
 fn run<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     let min_cols = min_task_cols(m, k);
-    parallel::for_columns(&mut out, n, min_cols, NB, per_thread(m), |mut block| {
-        columns_on(cpu, x, m, k, w, &mut block)
+    let lhs = Lhs::new(cpu, x, m, k);
+    parallel::for_columns(&mut out, n, min_cols, ALIGN, per_thread(m), |mut block| {
+        columns_on(cpu, &lhs, m, k, w, &mut block)
     });
     out
+}
+
+/// x as the kernels read it: its rows, and for the panel kernel the same rows with their inner
+/// elements permuted into lane segments (once per call, shared by every thread).
+struct Lhs<'a> {
+    x: &'a [f32],
+    permuted: Option<Vec<f32>>,
+}
+
+impl<'a> Lhs<'a> {
+    fn new(cpu: Cpu, x: &'a [f32], m: usize, k: usize) -> Lhs<'a> {
+        #[cfg(target_arch = "x86_64")]
+        if takes_panels(cpu, m) {
+            return Lhs {
+                x,
+                permuted: Some(panel::permute_rows(x, m, k)),
+            };
+        }
+        let _ = (cpu, m, k);
+        Lhs { x, permuted: None }
+    }
+}
+
+/// Whether `m` x rows go through the panel kernel on this CPU. AVX-512 machines keep the
+/// wide-register tile kernel, which has the registers to be bound by its FMAs already.
+#[cfg(target_arch = "x86_64")]
+fn takes_panels(cpu: Cpu, m: usize) -> bool {
+    cpu.isa() == Isa::Avx2Fma && m >= panel::MIN_ROWS
 }
 
 /// Column blocks per thread. Several rows of x make a call compute-bound, and then blocks
@@ -277,7 +362,8 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             return Ok(vec![id]);
         }
     }
-    let parts = parallel::map_ranges(n, min_task_cols(m, k), NB, per_thread(m), |cols| {
+    let lhs = Lhs::new(cpu, x, m, k);
+    let parts = parallel::map_ranges(n, min_task_cols(m, k), ALIGN, per_thread(m), |cols| {
         let mut best = vec![Best::NONE; m];
         let mut scratch = vec![0.0f32; m * ARGMAX_CHUNK.min(cols.len())];
         let mut c0 = cols.start;
@@ -286,7 +372,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             let buf = &mut scratch[..m * chunk.len()];
             columns_on(
                 cpu,
-                x,
+                &lhs,
                 m,
                 k,
                 &src,
@@ -334,12 +420,13 @@ fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> 
         return None;
     }
     let k = x.len();
+    let lhs = Lhs { x, permuted: None };
     let mut best = Best::NONE;
     let mut score = [0.0f32];
     for j in rows {
         columns_on(
             cpu,
-            x,
+            &lhs,
             1,
             k,
             w,
@@ -394,14 +481,26 @@ impl Best {
     }
 }
 
-/// [`columns`] on the chosen instruction set.
-fn columns_on<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+/// [`columns`] (or the panel or single-row kernel) on the chosen instruction set.
+fn columns_on<S: Rows>(
+    cpu: Cpu,
+    lhs: &Lhs<'_>,
+    m: usize,
+    k: usize,
+    w: &S,
+    out: &mut ColumnsMut<'_>,
+) {
+    let x = lhs.x;
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn avx2<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+    fn avx2<S: Rows>(lhs: &Lhs<'_>, m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+        if let Some(xp) = &lhs.permuted {
+            panel::columns_avx2(xp, m, k, w, out);
+            return;
+        }
         // SAFETY: this function's own features are the ones `row_gemv` needs.
-        if !unsafe { row_gemv(x, m, k, w, out) } {
-            columns::<S, AVX2>(x, m, k, w, out)
+        if !unsafe { row_gemv(lhs.x, m, k, w, out) } {
+            columns::<S, AVX2>(lhs.x, m, k, w, out)
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -420,7 +519,7 @@ fn columns_on<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, w: &S, out: &mut
         Isa::Avx512 => unsafe { avx512(x, m, k, w, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2, FMA and F16C.
-        Isa::Avx2Fma => unsafe { avx2(x, m, k, w, out) },
+        Isa::Avx2Fma => unsafe { avx2(lhs, m, k, w, out) },
         _ => columns::<S, PORTABLE>(x, m, k, w, out),
     }
 }
@@ -589,6 +688,10 @@ impl Tile<'_> {
             self.run_wide(mb, acc);
             return;
         }
+        if P == AVX2 {
+            self.run_avx2(mb, acc);
+            return;
+        }
         let mut i = 0;
         while i < mb {
             let r = MR.min(mb - i);
@@ -602,6 +705,37 @@ impl Tile<'_> {
                     (2, _) => self.micro::<P, 2, 1>(i, j, acc),
                     (_, 2) => self.micro::<P, 1, 2>(i, j, acc),
                     _ => self.micro::<P, 1, 1>(i, j, acc),
+                }
+                j += c;
+            }
+            i += r;
+        }
+    }
+
+    /// [`Tile::run`] with the AVX2 tile: `HALF_MR × HALF_NR` where it fits, shorter tiles for
+    /// the block's last rows and the tile's last weight rows.
+    #[inline(always)]
+    fn run_avx2(&self, mb: usize, acc: &mut [f32]) {
+        let mut i = 0;
+        while i < mb {
+            let r = HALF_MR.min(mb - i);
+            let mut j = 0;
+            while j < self.nb {
+                let c = HALF_NR.min(self.nb - j);
+                macro_rules! cols {
+                    ($r:literal) => {
+                        match c {
+                            4 => self.micro::<AVX2, $r, 4>(i, j, acc),
+                            3 => self.micro::<AVX2, $r, 3>(i, j, acc),
+                            2 => self.micro::<AVX2, $r, 2>(i, j, acc),
+                            _ => self.micro::<AVX2, $r, 1>(i, j, acc),
+                        }
+                    };
+                }
+                match r {
+                    3 => cols!(3),
+                    2 => cols!(2),
+                    _ => cols!(1),
                 }
                 j += c;
             }
@@ -753,9 +887,11 @@ fn checked_slots<const R: usize, const C: usize>(
     slots
 }
 
-/// The AVX2 register micro-kernel: the same per-lane fused multiply-adds as the portable loop,
-/// each 16-lane accumulator held in two `__m256` registers for the whole inner block.
-/// `at` = (block-local x row, tile row, tile width) locating the accumulators in `acc`.
+/// The AVX2 register micro-kernel: the same per-lane fused multiply-adds as the portable loop.
+/// Lanes 0..8 and 8..16 of an accumulator never meet until the final reduction, so each pass
+/// over a stretch of the inner block updates one half of every accumulator, held in one
+/// `__m256` register. `at` = (block-local x row, tile row, tile width) locating the
+/// accumulators in `acc`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn micro_avx2<const R: usize, const C: usize>(
@@ -770,33 +906,38 @@ fn micro_avx2<const R: usize, const C: usize>(
     let xp: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let wp: [*const f32; C] = std::array::from_fn(|c| ws[c].as_ptr());
     let ap = acc.as_mut_ptr();
-    // SAFETY: `checked_slots` asserted that every `xp[r]`/`wp[c]` is valid for `full` reads (the loop
-    // reads `kk..kk + 16` with `kk + 16 <= full`, `full` a multiple of 16), and every
-    // accumulator slot `o..o + 16` lies inside `acc`. All loads and stores are unaligned.
-    unsafe {
-        let load2 =
-            |p: *const f32| -> [__m256; 2] { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] };
-        let mut a: [[[__m256; 2]; C]; R] =
-            std::array::from_fn(|r| std::array::from_fn(|c| load2(ap.add(slots[r][c]))));
-        let mut kk = 0;
-        while kk < full {
-            let wv: [[__m256; 2]; C] = std::array::from_fn(|c| load2(wp[c].add(kk)));
-            for r in 0..R {
-                let xv = load2(xp[r].add(kk));
-                for c in 0..C {
-                    a[r][c][0] = _mm256_fmadd_ps(xv[0], wv[c][0], a[r][c][0]);
-                    a[r][c][1] = _mm256_fmadd_ps(xv[1], wv[c][1], a[r][c][1]);
+    let mut k0 = 0;
+    while k0 < full {
+        let end = (k0 + HALF_KB).min(full);
+        for h in [0, 8] {
+            // SAFETY: `checked_slots` asserted that every `xp[r]`/`wp[c]` is valid for `full`
+            // reads (the loop reads `kk + h..kk + h + 8` with `kk + 16 <= full`, `full` a
+            // multiple of 16), and every accumulator slot `o..o + 16` lies inside `acc`
+            // (`h + 8 <= 16`). All loads and stores are unaligned.
+            unsafe {
+                let mut a: [[__m256; C]; R] = std::array::from_fn(|r| {
+                    std::array::from_fn(|c| _mm256_loadu_ps(ap.add(slots[r][c] + h)))
+                });
+                let mut kk = k0;
+                while kk < end {
+                    let xv: [__m256; R] =
+                        std::array::from_fn(|r| _mm256_loadu_ps(xp[r].add(kk + h)));
+                    for c in 0..C {
+                        let wv = _mm256_loadu_ps(wp[c].add(kk + h));
+                        for r in 0..R {
+                            a[r][c] = _mm256_fmadd_ps(xv[r], wv, a[r][c]);
+                        }
+                    }
+                    kk += LANES;
+                }
+                for r in 0..R {
+                    for c in 0..C {
+                        _mm256_storeu_ps(ap.add(slots[r][c] + h), a[r][c]);
+                    }
                 }
             }
-            kk += LANES;
         }
-        for r in 0..R {
-            for c in 0..C {
-                let p = ap.add(slots[r][c]);
-                _mm256_storeu_ps(p, a[r][c][0]);
-                _mm256_storeu_ps(p.add(8), a[r][c][1]);
-            }
-        }
+        k0 = end;
     }
 }
 

@@ -160,6 +160,48 @@ fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
 }
 
 #[test]
+fn many_rows_keep_every_output_bit_of_the_fixed_order_dot() {
+    // From 24 rows `linear` takes the panel kernel on AVX2 (x permuted into lane segments,
+    // weights packed 16 rows at a time): every 6-row tile remainder, inner sizes with and
+    // without a tail and below one lane block, partial panels, each dtype and `linear_t`, and
+    // the head's `linear_argmax` must all give the bits of `simd::dot` and of one thread.
+    let mut rng = Rng::new(23);
+    for (k, n) in [(1061, 37), (7, 21), (640, 16)] {
+        for m in [24, 25, 26, 27, 28, 29, 40] {
+            let x = tensor(&[m, k], &mut rng, 1.0);
+            for dtype in DTYPES {
+                let w = weight(dtype, &[n, k], &mut rng, 1.0);
+                let w32: Vec<f32> = reference::weight_values(&w)
+                    .iter()
+                    .map(|&v| v as f32)
+                    .collect();
+                let y = with_threads(2, || linear(&x, &w)).expect("valid shapes");
+                for i in 0..m {
+                    for j in 0..n {
+                        let want =
+                            simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
+                        assert_eq!(
+                            y.data()[i * n + j].to_bits(),
+                            want.to_bits(),
+                            "{dtype:?} m={m} k={k} ({i}, {j})"
+                        );
+                    }
+                }
+                let one = with_threads(1, || linear(&x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&y), "{dtype:?} m={m} k={k} 1 vs 2 threads");
+                let ids = with_threads(2, || linear_argmax(&x, &w)).expect("valid");
+                assert_eq!(ids, argmax(&y).expect("non-empty"), "{dtype:?} m={m} k={k}");
+            }
+            let wt = tensor(&[n, k], &mut rng, 1.0);
+            let w = Weight::from_f32(vec![n, k], wt.data()).expect("shape");
+            let a = linear_t(&x, &wt).expect("valid");
+            let b = linear_portable(&x, &w).expect("valid");
+            assert_eq!(bits(&a), bits(&b), "linear_t m={m} k={k}");
+        }
+    }
+}
+
+#[test]
 fn linear_accepts_any_leading_shape() {
     let mut rng = Rng::new(3);
     let w = weight(DType::BF16, &[6, 10], &mut rng, 1.0);

@@ -1,0 +1,264 @@
+//! Several x rows against stored weight rows on AVX2/FMA: an outer product over packed panels
+//! of 16 weight rows, in exactly the per-output order of every other `linear` path.
+//!
+//! That order ([`simd::dot`]) gives each output 16 lane accumulators: lane `l` adds the
+//! products of inner elements `l, l + 16, l + 32, ...` in that order, and the lanes are then
+//! summed as a fixed tree. Read lane by lane, an output is 16 independent dot products over
+//! interleaved subsequences of the inner dimension ("segments"). Here the x rows are permuted
+//! so that every segment is contiguous, each panel of weight rows is transposed so that one
+//! inner element's 16 weights (one per output column) are adjacent, and each segment is an
+//! ordinary register-blocked outer product: 6 x rows × 16 output columns in 12 accumulator
+//! registers, one broadcast x element and two weight vectors per step, that is 8 loads per 12
+//! FMAs. The per-output lane layout of [`super::columns`] needs 16 loads per 12 FMAs and is
+//! bound by the load ports; this one is bound by the FMA ports. The 16 segment sums of an
+//! output are then added in `simd::reduce_lanes`' tree, with the same operands in the same
+//! order, so every output keeps its bits.
+//!
+//! Packing a panel decodes its weight rows (bf16, f16 or f32) to f32 and transposes them, about
+//! one shuffle per element, once per call: it pays for itself from a few x rows up (see
+//! [`MIN_ROWS`]).
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::{
+    __m256, _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_permute2f128_ps, _mm256_setzero_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
+    _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+};
+
+use super::{ColumnsMut, Rows};
+use crate::kernels::simd::LANES;
+
+/// Weight rows (output columns) per packed panel: two 8-wide vectors.
+pub(super) const PANEL: usize = 16;
+/// x rows per register tile: 6 × 2 accumulators + 2 weight vectors + 1 broadcast = 15 of the
+/// 16 ymm registers.
+const TILE_ROWS: usize = 6;
+/// x rows from which this path is taken. Packing costs about one cycle per weight element
+/// (decode, transpose, store) against `m / 16` cycles of FMAs, so below this the tile-buffer
+/// kernel, which only decodes, is as fast or faster (`examples/kernel_bench.rs` on an AVX2
+/// EPYC: 0.7x at 8 rows, 1.0x at 16, 1.1x at 24, 1.45x at 128; docs/performance.md).
+pub(super) const MIN_ROWS: usize = 24;
+
+/// Where each lane's subsequence of the inner dimension lies once permuted: lane `l` holds
+/// elements `l, l + 16, ...`, stored contiguously from [`Segments::start`].
+#[derive(Clone, Copy)]
+pub(super) struct Segments {
+    full: usize,
+    rem: usize,
+}
+
+impl Segments {
+    pub(super) fn new(k: usize) -> Segments {
+        Segments {
+            full: k / LANES,
+            rem: k % LANES,
+        }
+    }
+
+    fn start(self, l: usize) -> usize {
+        l * self.full + l.min(self.rem)
+    }
+
+    fn len(self, l: usize) -> usize {
+        self.full + usize::from(l < self.rem)
+    }
+}
+
+/// x `[m, k]` with each row's inner elements permuted into segments.
+pub(super) fn permute_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
+    let seg = Segments::new(k);
+    let mut out = vec![0.0f32; m * k];
+    if k == 0 {
+        return out;
+    }
+    for (src, dst) in x.chunks_exact(k).zip(out.chunks_exact_mut(k)).take(m) {
+        for l in 0..LANES.min(k) {
+            let s = seg.start(l);
+            for (t, d) in dst[s..s + seg.len(l)].iter_mut().enumerate() {
+                *d = src[t * LANES + l];
+            }
+        }
+    }
+    out
+}
+
+/// Outputs `[m, out.cols()]` from x rows already permuted (`xp`, [`permute_rows`]). Callers
+/// outside this module's features call it only after detecting AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn columns_avx2<S: Rows>(
+    xp: &[f32],
+    m: usize,
+    k: usize,
+    w: &S,
+    out: &mut ColumnsMut<'_>,
+) {
+    assert!(xp.len() >= m * k, "permuted x shorter than [m, k]");
+    let seg = Segments::new(k);
+    let cols = out.cols();
+    let mut panel = vec![0.0f32; k * PANEL];
+    let mut sums = [[[0.0f32; PANEL]; TILE_ROWS]; LANES];
+    let mut j0 = cols.start;
+    while j0 < cols.end {
+        let width = PANEL.min(cols.end - j0);
+        pack_panel(w, j0, width, &mut panel);
+        let mut i = 0;
+        while i < m {
+            let rows = TILE_ROWS.min(m - i);
+            let x = &xp[i * k..(i + rows) * k];
+            match rows {
+                6 => tile::<6>(x, k, &panel, seg, &mut sums),
+                5 => tile::<5>(x, k, &panel, seg, &mut sums),
+                4 => tile::<4>(x, k, &panel, seg, &mut sums),
+                3 => tile::<3>(x, k, &panel, seg, &mut sums),
+                2 => tile::<2>(x, k, &panel, seg, &mut sums),
+                _ => tile::<1>(x, k, &panel, seg, &mut sums),
+            }
+            for r in 0..rows {
+                let mut reduced = [0.0f32; PANEL];
+                reduce(&sums, r, &mut reduced);
+                let at = j0 - cols.start;
+                out.row(i + r)[at..at + width].copy_from_slice(&reduced[..width]);
+            }
+            i += rows;
+        }
+        j0 += width;
+    }
+}
+
+/// Weight rows `j0..j0 + width` as a panel `[k, PANEL]`: `panel[kk * PANEL + c]` is row
+/// `j0 + c`'s inner element `kk`; rows past `width` are zero. Each 8 × 8 block is
+/// decoded straight from the stored rows into registers and transposed there.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_panel<S: Rows>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
+    let k = panel.len() / PANEL;
+    let blocks = k / LANES;
+    for t in 0..blocks {
+        for c0 in [0, 8] {
+            for l0 in [0, 8] {
+                let rows: [__m256; 8] = std::array::from_fn(|r| {
+                    let c = c0 + r;
+                    if c < width {
+                        // SAFETY: this function's features include those `load8_avx2` needs.
+                        unsafe { w.load8_avx2((j0 + c) * k + t * LANES + l0) }
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                for (dl, v) in transpose8(rows).into_iter().enumerate() {
+                    let p = t * LANES + l0 + dl;
+                    let dst = &mut panel[p * PANEL + c0..][..8];
+                    // SAFETY: `dst` holds exactly 8 f32s (one unaligned store).
+                    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) };
+                }
+            }
+        }
+    }
+    let tail = k - blocks * LANES;
+    if tail > 0 {
+        let mut buf = [0.0f32; LANES];
+        for c in 0..PANEL {
+            let buf = &mut buf[..tail];
+            if c < width {
+                w.decode((j0 + c) * k + blocks * LANES, buf);
+            } else {
+                buf.fill(0.0);
+            }
+            for (l, v) in buf.iter().enumerate() {
+                panel[(blocks * LANES + l) * PANEL + c] = *v;
+            }
+        }
+    }
+}
+
+/// The 8 × 8 transpose: element `c` of result `r` is element `r` of row `c`.
+#[target_feature(enable = "avx2")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let q0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let q1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let q2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let q3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let q4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let q5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let q6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let q7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(q0, q4),
+        _mm256_permute2f128_ps::<0x20>(q1, q5),
+        _mm256_permute2f128_ps::<0x20>(q2, q6),
+        _mm256_permute2f128_ps::<0x20>(q3, q7),
+        _mm256_permute2f128_ps::<0x31>(q0, q4),
+        _mm256_permute2f128_ps::<0x31>(q1, q5),
+        _mm256_permute2f128_ps::<0x31>(q2, q6),
+        _mm256_permute2f128_ps::<0x31>(q3, q7),
+    ]
+}
+
+/// `R` permuted x rows (`x`, `[R, k]`) against one panel: `sums[l][r]` = segment `l` of row
+/// `r`'s dot with each of the panel's 16 rows, accumulated in inner order from zero.
+#[target_feature(enable = "avx2,fma")]
+fn tile<const R: usize>(
+    x: &[f32],
+    k: usize,
+    panel: &[f32],
+    seg: Segments,
+    sums: &mut [[[f32; PANEL]; TILE_ROWS]; LANES],
+) {
+    assert!(R <= TILE_ROWS && x.len() >= R * k && panel.len() >= k * PANEL);
+    let xp = x.as_ptr();
+    let wp = panel.as_ptr();
+    for (l, sum) in sums.iter_mut().enumerate() {
+        let (s, len) = (seg.start(l), seg.len(l));
+        // SAFETY: segment `l` lies at `s..s + len` with `s + len <= k` (the segments tile
+        // `0..k`), so every x read `r * k + s + t` is below `R * k <= x.len()`; its `t`-th
+        // element is inner element `16 t + l < k`, so every panel read
+        // `(16 t + l) * PANEL + 0..16` is below `k * PANEL <= panel.len()` (asserted above);
+        // the stores go to `sum[r]`, 16 f32s for `r < R <= TILE_ROWS`. All unaligned.
+        unsafe {
+            let mut acc: [[__m256; 2]; R] = [[_mm256_setzero_ps(); 2]; R];
+            for t in 0..len {
+                let at = (t * LANES + l) * PANEL;
+                let w0 = _mm256_loadu_ps(wp.add(at));
+                let w1 = _mm256_loadu_ps(wp.add(at + 8));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let xb = _mm256_broadcast_ss(&*xp.add(r * k + s + t));
+                    a[0] = _mm256_fmadd_ps(xb, w0, a[0]);
+                    a[1] = _mm256_fmadd_ps(xb, w1, a[1]);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(sum[r].as_mut_ptr(), a[0]);
+                _mm256_storeu_ps(sum[r].as_mut_ptr().add(8), a[1]);
+            }
+        }
+    }
+}
+
+/// Row `r`'s 16 segment sums added as `simd::reduce_lanes` adds lanes (`a[i] + a[i + h]` for
+/// `h` = 8, 4, 2, 1), for the panel's 16 outputs at once.
+#[target_feature(enable = "avx2")]
+fn reduce(sums: &[[[f32; PANEL]; TILE_ROWS]; LANES], r: usize, out: &mut [f32; PANEL]) {
+    for h in [0, 8] {
+        // SAFETY: every `sums[l][r][h..h + 8]` and `out[h..h + 8]` is 8 f32s inside its array
+        // (`h <= 8`, arrays 16 long); unaligned loads and stores.
+        unsafe {
+            let mut a: [__m256; LANES] =
+                std::array::from_fn(|l| _mm256_loadu_ps(sums[l][r].as_ptr().add(h)));
+            let mut half = LANES / 2;
+            while half > 0 {
+                for i in 0..half {
+                    a[i] = _mm256_add_ps(a[i], a[i + half]);
+                }
+                half /= 2;
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(h), a[0]);
+        }
+    }
+}
