@@ -335,28 +335,26 @@ impl AuditLog {
     }
 
     fn open_locked(&self) -> Result<File, AuditError> {
-        let io_err = |action| {
-            let path = self.path.clone();
-            move |source| AuditError::Io {
-                action,
-                path,
-                source,
-            }
-        };
-        let file = open_for_append(&self.path).map_err(io_err("open"))?;
+        let file = open_for_append(&self.path).map_err(self.io_err("open"))?;
         // Held until `file` is dropped: no other append can interleave between reading the last
         // line and writing the next.
-        file.lock().map_err(io_err("lock"))?;
+        file.lock().map_err(self.io_err("lock"))?;
         Ok(file)
+    }
+
+    /// An I/O failure of `action` on the log file.
+    fn io_err(&self, action: &'static str) -> impl FnOnce(std::io::Error) -> AuditError {
+        let path = self.path.clone();
+        move |source| AuditError::Io {
+            action,
+            path,
+            source,
+        }
     }
 
     /// The `seq` and `prev` of the next entry.
     fn next_link(&self, file: &mut File) -> Result<(u64, Digest), AuditError> {
-        let last = read_last_line(file).map_err(|source| AuditError::Io {
-            action: "read",
-            path: self.path.clone(),
-            source,
-        })?;
+        let last = read_last_line(file).map_err(self.io_err("read"))?;
         match last {
             LastLine::Empty => Ok((1, GENESIS_PREV)),
             LastLine::Truncated => Err(AuditError::Damaged {
@@ -381,14 +379,6 @@ impl AuditLog {
     /// Append one entry (creating the log, mode 0600, in the state directory if needed).
     /// Returns the entry written.
     pub fn append(&self, record: AuditRecord) -> Result<AuditEntry, AuditError> {
-        let io_err = |action| {
-            let path = self.path.clone();
-            move |source| AuditError::Io {
-                action,
-                path,
-                source,
-            }
-        };
         let mut file = self.open_locked()?;
         let (seq, prev) = self.next_link(&mut file)?;
         let entry = AuditEntry {
@@ -409,8 +399,8 @@ impl AuditLog {
         let mut line =
             to_canonical_from(&entry).map_err(|e| AuditError::Unwritable(e.to_string()))?;
         line.push(b'\n');
-        file.write_all(&line).map_err(io_err("write"))?;
-        file.sync_data().map_err(io_err("sync"))?;
+        file.write_all(&line).map_err(self.io_err("write"))?;
+        file.sync_data().map_err(self.io_err("sync"))?;
         Ok(entry)
     }
 

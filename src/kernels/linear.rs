@@ -8,11 +8,12 @@
 //!
 //! Loop structure (portable, cache-blocked): the columns are split between threads; each thread
 //! walks tiles of `NB` weight rows × `KB` inner elements, decodes the tile to f32 once, and
-//! reuses it for every block of `MB` x rows with an `MR × NR` register micro-kernel whose lane
+//! reuses it for every block of `MB` x rows with a register micro-kernel whose lane
 //! accumulators persist across inner blocks. The micro-kernel exists per [`Isa`]: portable
-//! Rust, AVX2 (a 3 × 2 tile, each accumulator in two 256-bit registers) and AVX-512 (a 6 × 4
-//! tile, each accumulator in one 512-bit register); one x row instead streams the stored
-//! weights straight into registers (`linear/gemv.rs`).
+//! Rust (3 × 2), AVX2 (3 × 4, one half of the 16 lanes at a time, so each accumulator is one
+//! 256-bit register) and AVX-512 (6 × 4, each accumulator in one 512-bit register). One x row
+//! instead streams the stored weights straight into registers (`linear/gemv.rs`), and on AVX2
+//! 24 or more rows take the panel kernel (`linear/panel.rs`), an outer product per lane.
 #![allow(unsafe_code)]
 
 use super::error::KernelError;

@@ -304,20 +304,10 @@ fn rejects_every_sealed_input_this_runner_cannot_open() {
 #[test]
 fn approve_refuses_a_certificate_without_recipients_when_outputs_must_be_sealed() {
     let (env, _) = sealed_env();
-    let stderr = env.fails(
-        &[
-            "approve",
-            "--engine",
-            "engines/gemma3.eng",
-            "--policy",
-            "policies/gemma3.json",
-            "--model",
-            "model",
-            "--key",
-            "keys/owner-a.key",
-            "--out",
-            "plain.json",
-        ],
+    let stderr = env.approve_fails(
+        "owner-a",
+        "plain.json",
+        &[],
         2,
         "the policy requires sealed outputs, but the certificate names no recipients",
     );

@@ -427,24 +427,10 @@ fn a_pinned_minimum_protects_a_fresh_runner() {
     env.ok(&["verify-cert", "v2.json"]);
     env.ok(&env.exec_with_cert("v2.json"));
     // A replacement stays in its lineage.
-    env.fails(
-        &[
-            "approve",
-            "--engine",
-            "engines/gemma3.eng",
-            "--policy",
-            "policies/gemma3.json",
-            "--model",
-            "model",
-            "--key",
-            "keys/owner-a.key",
-            "--out",
-            "v3.json",
-            "--supersedes",
-            "v2.json",
-            "--lineage",
-            "other",
-        ],
+    env.approve_fails(
+        "owner-a",
+        "v3.json",
+        &["--supersedes", "v2.json", "--lineage", "other"],
         2,
         "differs from the lineage gemma3",
     );
@@ -520,20 +506,10 @@ fn rejects_an_engine_whose_call_graph_explodes_at_approve() {
     }
     src.push_str("fn f40(x) {\n    return add(x, x);\n}\n");
     env.write("engines/gemma3.eng", &src);
-    let stderr = env.fails(
-        &[
-            "approve",
-            "--engine",
-            "engines/gemma3.eng",
-            "--policy",
-            "policies/gemma3.json",
-            "--model",
-            "model",
-            "--key",
-            "keys/owner-a.key",
-            "--out",
-            "cert.json",
-        ],
+    let stderr = env.approve_fails(
+        "owner-a",
+        "cert.json",
+        &[],
         2,
         "would make 2199023255551 built-in calls per step",
     );

@@ -236,8 +236,32 @@ impl Env {
     /// `runner approve` of this directory's engine and model under `policy`, signed by
     /// `keys/<key>.key`, written to `out`, with `extra` flags; returns stdout.
     pub fn approve_under(&self, policy: &str, key: &str, out: &str, extra: &[&str]) -> String {
+        let args = self.approve_args(policy, key, out, extra);
+        self.ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// [`Env::approve`] that must fail with exit `code` and `needle` in its stderr; returns
+    /// stderr.
+    pub fn approve_fails(
+        &self,
+        key: &str,
+        out: &str,
+        extra: &[&str],
+        code: i32,
+        needle: &str,
+    ) -> String {
+        let args = self.approve_args(&self.policy, key, out, extra);
+        self.fails(
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            code,
+            needle,
+        )
+    }
+
+    /// The `runner approve` command line of [`Env::approve_under`].
+    fn approve_args(&self, policy: &str, key: &str, out: &str, extra: &[&str]) -> Vec<String> {
         let key = format!("keys/{key}.key");
-        let mut args = vec![
+        let mut args: Vec<String> = [
             "approve",
             "--engine",
             self.engine,
@@ -249,9 +273,11 @@ impl Env {
             &key,
             "--out",
             out,
-        ];
-        args.extend_from_slice(extra);
-        self.ok(&args)
+        ]
+        .map(String::from)
+        .into();
+        args.extend(extra.iter().map(|e| e.to_string()));
+        args
     }
 
     /// [`Env::approve_under`] this directory's policy.

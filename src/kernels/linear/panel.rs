@@ -35,8 +35,9 @@ pub(super) const PANEL: usize = 16;
 const TILE_ROWS: usize = 6;
 /// x rows from which this path is taken. Packing costs about one cycle per weight element
 /// (decode, transpose, store) against `m / 16` cycles of FMAs, so below this the tile-buffer
-/// kernel, which only decodes, is as fast or faster (`examples/kernel_bench.rs` on an AVX2
-/// EPYC: 0.7x at 8 rows, 1.0x at 16, 1.1x at 24, 1.45x at 128; docs/performance.md).
+/// kernel, which only decodes, is as fast or faster (one thread on an AVX2 EPYC, both kernels
+/// alternating in one process, the 270m shapes: 0.7x at 8 rows, 1.0x at 16, 1.1x at 24,
+/// 1.45x at 128; docs/performance.md).
 pub(super) const MIN_ROWS: usize = 24;
 
 /// Where each lane's subsequence of the inner dimension lies once permuted: lane `l` holds

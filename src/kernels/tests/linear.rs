@@ -100,6 +100,25 @@ fn rejects_linear_argmax_with_no_columns() {
     );
 }
 
+/// Every output of `y = linear(x, w)` has the bits of [`simd::dot`] of its x row and weight row.
+fn assert_fixed_order_dot(y: &Tensor, x: &Tensor, w: &Weight, what: &str) {
+    let (k, n) = (x.last_dim(), w.shape()[0]);
+    let w32: Vec<f32> = reference::weight_values(w)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    for (i, xr) in x.data().chunks_exact(k).enumerate() {
+        for j in 0..n {
+            let want = simd::dot(xr, &w32[j * k..(j + 1) * k]);
+            assert_eq!(
+                y.data()[i * n + j].to_bits(),
+                want.to_bits(),
+                "{what} ({i}, {j})"
+            );
+        }
+    }
+}
+
 #[test]
 fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
     // Shapes crossing every blocking boundary: rows > MB, inner > KB with a tail, columns > NB;
@@ -111,21 +130,9 @@ fn linear_output_is_the_fixed_order_dot_across_block_boundaries() {
         let x = tensor(&[m, k], &mut rng, 1.0);
         for dtype in DTYPES {
             let w = weight(dtype, &[n, k], &mut rng, 1.0);
-            let wv = reference::weight_values(&w);
-            let w32: Vec<f32> = wv.iter().map(|&v| v as f32).collect();
             for isa in simd::available() {
                 let y = linear_on(isa, &x, &w).expect("valid shapes");
-                for i in 0..m {
-                    for j in 0..n {
-                        let want =
-                            simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
-                        assert_eq!(
-                            y.data()[i * n + j].to_bits(),
-                            want.to_bits(),
-                            "{dtype:?} {isa:?} m={m} ({i}, {j})"
-                        );
-                    }
-                }
+                assert_fixed_order_dot(&y, &x, &w, &format!("{dtype:?} {isa:?} m={m}"));
             }
         }
     }
@@ -171,22 +178,8 @@ fn many_rows_keep_every_output_bit_of_the_fixed_order_dot() {
             let x = tensor(&[m, k], &mut rng, 1.0);
             for dtype in DTYPES {
                 let w = weight(dtype, &[n, k], &mut rng, 1.0);
-                let w32: Vec<f32> = reference::weight_values(&w)
-                    .iter()
-                    .map(|&v| v as f32)
-                    .collect();
                 let y = with_threads(2, || linear(&x, &w)).expect("valid shapes");
-                for i in 0..m {
-                    for j in 0..n {
-                        let want =
-                            simd::dot(&x.data()[i * k..(i + 1) * k], &w32[j * k..(j + 1) * k]);
-                        assert_eq!(
-                            y.data()[i * n + j].to_bits(),
-                            want.to_bits(),
-                            "{dtype:?} m={m} k={k} ({i}, {j})"
-                        );
-                    }
-                }
+                assert_fixed_order_dot(&y, &x, &w, &format!("{dtype:?} m={m} k={k}"));
                 let one = with_threads(1, || linear(&x, &w)).expect("valid");
                 assert_eq!(bits(&one), bits(&y), "{dtype:?} m={m} k={k} 1 vs 2 threads");
                 let ids = with_threads(2, || linear_argmax(&x, &w)).expect("valid");
