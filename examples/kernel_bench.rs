@@ -37,7 +37,7 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
     let t = median(times);
     let gflops = |t: f64| 2.0 * (m * k * n) as f64 / t / 1e9;
-    let gbs = (n * k * dtype.size()) as f64 / t / 1e9;
+    let gbs = dtype.bytes_for(n * k).unwrap_or(0) as f64 / t / 1e9;
     println!(
         "linear {isa:?} x[{m},{k}] w[{n},{k}] {dtype:?}: median {:.1} us {:.1} GFLOP/s \
          ({gbs:.1} GB/s weights), best {:.1} GFLOP/s",

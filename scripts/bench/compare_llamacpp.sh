@@ -15,7 +15,7 @@
 #   --markdown    also write the tables as markdown;  --json: every figure as JSON
 #   --torch       also HF transformers f32, through scripts/bench/compare_pytorch.py --dtypes f32
 #   --quantize    make the Q4_K_M file with llama-quantize from the bf16 GGUF even for 270m (by
-#                 default 270m uses the real model's own Q4_K_M file, scripts/fetch_gemma3_270m.sh)
+#                 default 270m uses the real model's own Q4_K_M file, scripts/fetch_model.sh gemma3-270m)
 #   --wait-idle   before each engine's run wait up to this long for idle CPUs (default 90; 0: never);
 #                 a run disturbed by other processes (over 10 % of the CPUs) is done again, twice at most
 #   --setup-only  build, fetch and convert, then stop
@@ -205,8 +205,8 @@ PY
 [ "$cfg_vocab" = 262144 ] || die "$model_dir has vocab_size $cfg_vocab; the converter is given the real Gemma 3 vocabulary (262144 tokens)"
 
 # --- the real 270M GGUF (its vocabulary; its Q4_K_M weights for the 270m shape) --------------------
-step "the real Gemma 3 270M Q4_K_M GGUF (scripts/fetch_gemma3_270m.sh)"
-real_gguf="$(PYTHON="$py" "$root/scripts/fetch_gemma3_270m.sh")" || die "fetching the real Gemma 3 270M GGUF failed"
+step "the real Gemma 3 270M Q4_K_M GGUF (scripts/fetch_model.sh gemma3-270m)"
+real_gguf="$(PYTHON="$py" "$root/scripts/fetch_model.sh" gemma3-270m)" || die "fetching the real Gemma 3 270M GGUF failed"
 done_step
 spm="$peers/models/gemma3-tokenizer.model"
 if [ ! -s "$spm" ]; then
@@ -240,7 +240,7 @@ is_270m=0
 [ "$cfg_hidden $cfg_layers $cfg_inter" = "640 18 2048" ] && is_270m=1
 if [ "$is_270m" = 1 ] && [ "$quantize" = 0 ]; then
   q4="$real_gguf"
-  q4_note="the real Gemma 3 270M weights (scripts/fetch_gemma3_270m.sh)"
+  q4_note="the real Gemma 3 270M weights (scripts/fetch_model.sh gemma3-270m)"
 else
   q4="$conv/q4_k_m.gguf"
   q4_note="llama-quantize Q4_K_M of the bf16 GGUF"

@@ -6,7 +6,7 @@
 llama.cpp's convert_hf_to_gguf.py wants a Gemma 3 checkpoint directory to hold `tokenizer.model`
 (sentencepiece) or `tokenizer.json`. The random-weight checkpoints of scripts/reference/make_model.py
 have neither, but their vocabulary size (262144) is the real one, so compare_llamacpp.sh gives the
-converter the real Gemma 3 vocabulary, read from the real Q4_K_M GGUF (scripts/fetch_gemma3_270m.sh):
+converter the real Gemma 3 vocabulary, read from the real Q4_K_M GGUF (scripts/fetch_model.sh gemma3-270m):
 `tokenizer.ggml.tokens`, `.scores` and `.token_type` become the pieces of a sentencepiece BPE
 ModelProto (byte fallback, identity normalizer, no dummy prefix, as Gemma 3's own model), with the
 piece at `tokenizer.ggml.unknown_token_id` typed UNKNOWN (sentencepiece requires one). GGUF token

@@ -31,10 +31,12 @@ py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --no-deps -r "$here/requirements.txt"
 "$py" "$here/torch_cpu_stubs.py"
 "$py" - <<'PY'
-import torch, transformers, safetensors, tokenizers, numpy
+import torch, transformers, safetensors, tokenizers, numpy, gguf, accelerate
+from importlib.metadata import version
 assert float(torch.ones(2) @ torch.ones(2)) == 2.0
 assert not torch.cuda.is_available()
 print(f"reference env ok: torch {torch.__version__}, transformers {transformers.__version__}, "
-      f"safetensors {safetensors.__version__}, tokenizers {tokenizers.__version__}, numpy {numpy.__version__}")
+      f"safetensors {safetensors.__version__}, tokenizers {tokenizers.__version__}, numpy {numpy.__version__}, "
+      f"gguf {version('gguf')}, accelerate {accelerate.__version__}")
 PY
 echo "$venv"

@@ -24,8 +24,9 @@ use crate::restrict::policy::Policy;
 /// Flags of `runner bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// The checkpoint directory (config.json + safetensors).
-    #[arg(long, value_name = "DIR")]
+    /// The model: a checkpoint directory (config.json + safetensors), a .gguf file, or a
+    /// directory holding exactly one .gguf file.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     model: PathBuf,
     /// The engine source.
     #[arg(long, default_value = "engines/gemma3.eng")]

@@ -36,8 +36,9 @@ pub struct ApproveArgs {
     /// The policy JSON approved.
     #[arg(long, value_name = "FILE")]
     policy: PathBuf,
-    /// The model checkpoint directory approved (config.json, *.safetensors, tokenizer files).
-    #[arg(long, value_name = "DIR")]
+    /// The model approved: a Hugging Face checkpoint directory (config.json, *.safetensors,
+    /// tokenizer files), a .gguf file, or a directory holding exactly one .gguf file.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     model: PathBuf,
     /// Your private key (from `runner keygen`).
     #[arg(long, value_name = "FILE")]

@@ -27,8 +27,9 @@ pub struct ReviewArgs {
     /// view digest must match the certificate).
     #[arg(long, value_name = "FILE")]
     old_engine: Option<PathBuf>,
-    /// The model directory, to say whether it is still the approved model.
-    #[arg(long, value_name = "DIR")]
+    /// The model (checkpoint directory or .gguf file), to say whether it is still the approved
+    /// model.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     model: Option<PathBuf>,
     /// The recipients the new certificate would name (repeat), to show what changes in who may
     /// read the results.

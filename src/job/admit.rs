@@ -340,6 +340,20 @@ pub enum Refusal {
     /// The tokenizer failed to load.
     #[error(transparent)]
     Tokenizer(TokenizerError),
+    /// The tokenizer's vocabulary is not the one the GGUF model carries.
+    #[error("tokenizer {tokenizer} does not match the vocabulary of GGUF model {model}: token {id} is {want:?} in the model and {got:?} in the tokenizer")]
+    VocabularyMismatch {
+        /// The tokenizer file.
+        tokenizer: PathBuf,
+        /// The model file.
+        model: PathBuf,
+        /// The first id that differs.
+        id: u32,
+        /// Its text in the model.
+        want: String,
+        /// Its text in the tokenizer.
+        got: String,
+    },
     /// A chat turn has a role the template does not know (the role itself is not shown).
     #[error("inputs {}, line {line}: chat turn {turn} has a role other than \"user\", \"model\", \"assistant\" or a first \"system\"", path.display())]
     ChatRole {
@@ -422,7 +436,8 @@ impl Diagnose for Refusal {
             | Refusal::OutputKind { .. }
             | Refusal::Sealed { .. }
             | Refusal::Unsealed { .. }
-            | Refusal::TokenizerUnapproved { .. } => Exit::Refused,
+            | Refusal::TokenizerUnapproved { .. }
+            | Refusal::VocabularyMismatch { .. } => Exit::Refused,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -486,6 +501,11 @@ impl Diagnose for Refusal {
             Refusal::TokenOutOfVocab { .. } => {
                 "token ids must be below the model's vocab_size (config.json); text prompts need \
                  a tokenizer made for this model"
+                    .into()
+            }
+            Refusal::VocabularyMismatch { .. } => {
+                "use the tokenizer.json made for this model (scripts/fetch_tokenizer.sh for \
+                 Gemma 3), or give only token-id inputs with outputs = [\"tokens\"]"
                     .into()
             }
             Refusal::NoTokenizer(_) | Refusal::TokenizerUnapproved { .. } => {
@@ -686,7 +706,7 @@ pub fn model(engine: ApprovedEngine) -> Result<ApprovedModel, Refusal> {
         });
     }
     // The hashed files themselves, not the paths again: the directory may have changed since.
-    let checkpoint = Checkpoint::load_from(digest.checkpoint_files(dir))?;
+    let checkpoint = Checkpoint::load_from(digest.checkpoint_files())?;
     Ok(ApprovedModel {
         engine,
         digest,
@@ -786,7 +806,19 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
             .iter()
             .any(|i| !matches!(i.prompt, Prompt::Tokens(_)));
     let tokenizer = if needs_text {
-        Some(load_tokenizer(job, &model.digest)?)
+        let (tokenizer, digest, path) = load_tokenizer(job, &model.digest)?;
+        if let Some(vocabulary) = &model.checkpoint.vocabulary {
+            if let Some((id, want, got)) = tokenizer.vocabulary_mismatch(vocabulary) {
+                return Err(Refusal::VocabularyMismatch {
+                    tokenizer: path,
+                    model: job.model.clone(),
+                    id,
+                    want,
+                    got,
+                });
+            }
+        }
+        Some((tokenizer, digest))
     } else {
         None
     };
@@ -893,7 +925,10 @@ fn json_name<T: serde::Serialize>(value: &T) -> String {
 /// The tokenizer: `job.tokenizer`, else the model directory's `tokenizer.json` (bound by the
 /// model digest), else the fetched cache. One outside the model directory must be the official
 /// Gemma 3 file, checked by SHA-256, since the certificate does not bind it.
-fn load_tokenizer(job: &JobSpec, model: &ModelDigest) -> Result<(Tokenizer, Digest), Refusal> {
+fn load_tokenizer(
+    job: &JobSpec,
+    model: &ModelDigest,
+) -> Result<(Tokenizer, Digest, PathBuf), Refusal> {
     let in_model = job.model.join(TOKENIZER_FILE);
     let path = match &job.tokenizer {
         Some(p) => p.clone(),
@@ -909,7 +944,7 @@ fn load_tokenizer(job: &JobSpec, model: &ModelDigest) -> Result<(Tokenizer, Dige
     let bytes = if bound_by_model {
         // The file the model digest hashed, and only if its bytes are still the hashed ones.
         model
-            .checkpoint_files(&job.model)
+            .checkpoint_files()
             .read(TOKENIZER_FILE)
             .map_err(WeightsError::from)?
     } else {
@@ -923,5 +958,5 @@ fn load_tokenizer(job: &JobSpec, model: &ModelDigest) -> Result<(Tokenizer, Dige
         }
     }
     let tokenizer = Tokenizer::from_bytes(&path, &bytes).map_err(Refusal::Tokenizer)?;
-    Ok((tokenizer, Digest::of(&bytes)))
+    Ok((tokenizer, Digest::of(&bytes), path))
 }

@@ -56,5 +56,7 @@ pub fn round_to_dtype(v: f32, dtype: DType) -> f32 {
         DType::F32 => v,
         DType::BF16 => half::bf16::from_f32(v).to_f32(),
         DType::F16 => half::f16::from_f32(v).to_f32(),
+        // Block formats have no arithmetic of their own: HF computes with them in f32.
+        _ => v,
     }
 }

@@ -18,6 +18,7 @@
 
 use super::error::KernelError;
 use super::parallel::{self, ColumnsMut};
+use super::quant;
 use super::screen::Screen;
 use super::simd::{self, Cpu, Isa, LANES};
 use super::softmax::argmax_row;
@@ -160,6 +161,11 @@ trait Rows: Sync {
     fn raw(&self) -> Option<(&[u8], DType)> {
         None
     }
+    /// Whether elements come in blocks (a GGML block format), so that decoding a few of them
+    /// costs a whole block: callers then decode whole rows.
+    fn blocked(&self) -> bool {
+        self.raw().is_some_and(|(_, d)| d.is_quantized())
+    }
     /// [`Rows::decode`] for the AVX2 path; same values.
     ///
     /// # Safety
@@ -195,37 +201,40 @@ impl Rows for WeightRows<'_> {
 
     #[inline(always)]
     fn decode(&self, start: usize, out: &mut [f32]) {
-        let s = self.dtype.size();
-        let bytes = &self.bytes[start * s..(start + out.len()) * s];
+        let n = out.len();
+        let floats = |size: usize| &self.bytes[start * size..(start + n) * size];
         match self.dtype {
             DType::F32 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                for (o, c) in out.iter_mut().zip(floats(4).chunks_exact(4)) {
                     *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 }
             }
             DType::BF16 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
                     *o = simd::bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
                 }
             }
             DType::F16 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
                     *o = simd::f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
                 }
             }
+            blocks => quant::read(blocks, self.bytes, start, out),
         }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
-        let bytes = &self.bytes[start * 2..(start + out.len()) * 2];
+        let halves = || &self.bytes[start * 2..(start + out.len()) * 2];
         match self.dtype {
             DType::F32 => self.decode(start, out),
             // SAFETY: the caller guarantees AVX2, FMA and F16C (this trait method's contract).
-            DType::BF16 => unsafe { simd::decode16_avx2(bytes, false, out) },
+            DType::BF16 => unsafe { simd::decode16_avx2(halves(), false, out) },
             // SAFETY: as above.
-            DType::F16 => unsafe { simd::decode16_avx2(bytes, true, out) },
+            DType::F16 => unsafe { simd::decode16_avx2(halves(), true, out) },
+            // SAFETY: as above.
+            blocks => unsafe { quant::read_avx2(blocks, self.bytes, start, out) },
         }
     }
 
@@ -236,18 +245,27 @@ impl Rows for WeightRows<'_> {
             __m128i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_loadu_ps,
             _mm256_slli_epi32, _mm_loadu_si128,
         };
-        let s = self.dtype.size();
-        let bytes = &self.bytes[start * s..(start + 8) * s];
-        // SAFETY: `bytes` holds exactly the 8 elements (32 bytes of f32, 16 of bf16 or f16:
-        // one unaligned load); the caller guarantees AVX2, FMA and F16C.
+        let floats = |size: usize| &self.bytes[start * size..(start + 8) * size];
+        // SAFETY: each float arm's slice holds exactly the 8 elements (32 bytes of f32, 16 of
+        // bf16 or f16: one unaligned load); `v` holds 8 f32s; the caller guarantees AVX2, FMA
+        // and F16C.
         unsafe {
             match self.dtype {
-                DType::F32 => _mm256_loadu_ps(bytes.as_ptr().cast::<f32>()),
+                DType::F32 => _mm256_loadu_ps(floats(4).as_ptr().cast::<f32>()),
                 DType::BF16 => {
-                    let raw = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
+                    let raw = _mm_loadu_si128(floats(2).as_ptr().cast::<__m128i>());
                     _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
                 }
-                DType::F16 => _mm256_cvtph_ps(_mm_loadu_si128(bytes.as_ptr().cast::<__m128i>())),
+                DType::F16 => {
+                    _mm256_cvtph_ps(_mm_loadu_si128(floats(2).as_ptr().cast::<__m128i>()))
+                }
+                // Eight elements cost their block; callers decode whole rows instead
+                // (`Rows::blocked`), so this is only ever a slow fallback.
+                _ => {
+                    let mut v = [0.0f32; 8];
+                    self.decode(start, &mut v);
+                    _mm256_loadu_ps(v.as_ptr())
+                }
             }
         }
     }
@@ -539,7 +557,7 @@ unsafe fn row_gemv<S: Rows>(
     w: &S,
     out: &mut ColumnsMut<'_>,
 ) -> bool {
-    let Some((bytes, dtype)) = w.raw().filter(|_| m == 1) else {
+    let Some((bytes, dtype)) = w.raw().filter(|(_, d)| m == 1 && !d.is_quantized()) else {
         return false;
     };
     let cols = out.cols();
@@ -550,6 +568,7 @@ unsafe fn row_gemv<S: Rows>(
             DType::F32 => gemv::gemv_avx2::<{ gemv::F32 }>(x, bytes, k, cols, dst),
             DType::BF16 => gemv::gemv_avx2::<{ gemv::BF16 }>(x, bytes, k, cols, dst),
             DType::F16 => gemv::gemv_avx2::<{ gemv::F16 }>(x, bytes, k, cols, dst),
+            _ => return false,
         }
     }
     true

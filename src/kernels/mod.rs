@@ -13,6 +13,7 @@ mod math;
 pub mod norm;
 pub mod parallel;
 mod pool;
+pub mod quant;
 #[cfg(test)]
 pub mod reference;
 pub mod rope;

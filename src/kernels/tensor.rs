@@ -1,6 +1,6 @@
 //! The two kinds of tensor the kernels take: [`Tensor`], an owned row-major f32 activation, and
-//! [`Weight`], a read-only view of stored weight bytes (bf16, f16 or f32) that is never copied
-//! to f32 wholesale; kernels convert tiles of it as they go.
+//! [`Weight`], a read-only view of stored weight bytes (bf16, f16, f32 or a GGML block format)
+//! that is never copied to f32 wholesale; kernels convert tiles of it as they go.
 
 use std::fmt;
 use std::ops::Range;
@@ -90,8 +90,10 @@ impl fmt::Debug for Tensor {
     }
 }
 
-/// Storage dtype of a weight.
+/// Storage dtype of a weight: a float format, or one of GGML's block formats (a block of 32 or
+/// 256 elements shares its scales; [`super::quant`] decodes them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
 pub enum DType {
     /// IEEE 754 single precision.
     F32,
@@ -99,15 +101,89 @@ pub enum DType {
     BF16,
     /// IEEE 754 half precision.
     F16,
+    /// 32 signed 8-bit values and one f16 scale.
+    Q8_0,
+    /// 32 4-bit values (offset 8) and one f16 scale.
+    Q4_0,
+    /// 32 5-bit values (offset 16) and one f16 scale.
+    Q5_0,
+    /// 256 4-bit values in 8 groups with 6-bit scales and minimums under two f16 factors.
+    Q4_K,
+    /// 256 5-bit values, grouped as [`DType::Q4_K`].
+    Q5_K,
+    /// 256 6-bit values (offset 32) in 16 groups with 8-bit scales under one f16 factor.
+    Q6_K,
 }
 
 impl DType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// Every dtype, floats first.
+    pub const ALL: [DType; 9] = [
+        DType::F32,
+        DType::BF16,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q5_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+
+    /// Elements per block (1 for the float formats).
+    pub fn block_elems(self) -> usize {
+        match self {
+            DType::F32 | DType::BF16 | DType::F16 => 1,
+            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => 32,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
+            DType::Q8_0 => 34,
+            DType::Q4_0 => 18,
+            DType::Q5_0 => 22,
+            DType::Q4_K => 144,
+            DType::Q5_K => 176,
+            DType::Q6_K => 210,
         }
+    }
+
+    /// Whether this is a block format.
+    pub fn is_quantized(self) -> bool {
+        self.block_elems() > 1
+    }
+
+    /// Bytes that hold `elems` elements, if they are a whole number of blocks (and fit).
+    pub fn bytes_for(self, elems: usize) -> Option<usize> {
+        let per = self.block_elems();
+        elems
+            .is_multiple_of(per)
+            .then(|| (elems / per).checked_mul(self.block_bytes()))?
+    }
+
+    /// The name GGUF files and messages use (`F32`, `BF16`, `Q4_K`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::BF16 => "BF16",
+            DType::F16 => "F16",
+            DType::Q8_0 => "Q8_0",
+            DType::Q4_0 => "Q4_0",
+            DType::Q5_0 => "Q5_0",
+            DType::Q4_K => "Q4_K",
+            DType::Q5_K => "Q5_K",
+            DType::Q6_K => "Q6_K",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -154,8 +230,13 @@ impl Weight {
         range: Range<usize>,
     ) -> Result<Weight, ShapeMismatch> {
         let bytes_len = backing.bytes().len();
-        let n = numel(&shape).and_then(|n| n.checked_mul(dtype.size()));
-        let ok = range.start <= range.end && range.end <= bytes_len && n == Some(range.len());
+        // Rows of a block format are whole blocks, so every row starts at a block.
+        let rows_whole = shape.last().is_none_or(|&d| d % dtype.block_elems() == 0);
+        let n = numel(&shape).and_then(|n| dtype.bytes_for(n));
+        let ok = rows_whole
+            && range.start <= range.end
+            && range.end <= bytes_len
+            && n == Some(range.len());
         if !ok {
             return Err(ShapeMismatch {
                 expected: n.unwrap_or(usize::MAX),
@@ -177,8 +258,10 @@ impl Weight {
         let len = bytes.len();
         Weight::new(DType::F32, shape, Arc::new(bytes), 0..len)
     }
-    /// A weight owning `values` rounded to `dtype` (round to nearest even), for tests and small
-    /// synthetic models.
+    /// A weight owning `values` rounded to float `dtype` (round to nearest even), for tests and
+    /// small synthetic models. Block formats are not made here (they come from files, or from
+    /// [`Weight::new`] over their blocks): asking for one is a [`ShapeMismatch`] with nothing
+    /// found.
     pub fn from_values(
         dtype: DType,
         shape: Vec<usize>,
@@ -194,6 +277,15 @@ impl Weight {
                 .iter()
                 .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
                 .collect(),
+            quantized => {
+                return Err(ShapeMismatch {
+                    expected: numel(&shape)
+                        .and_then(|n| quantized.bytes_for(n))
+                        .unwrap_or(usize::MAX),
+                    found: 0,
+                    shape,
+                })
+            }
         };
         let len = bytes.len();
         Weight::new(dtype, shape, Arc::new(bytes), 0..len)
@@ -212,9 +304,10 @@ impl Weight {
     }
     /// [`WeightBytes::release`] for elements `elems` (row-major) of this weight.
     pub fn release(&self, elems: Range<usize>) {
-        let s = self.dtype.size();
-        let start = self.range.start + elems.start * s;
-        self.backing.release(start..start + elems.len() * s);
+        let (per, size) = (self.dtype.block_elems(), self.dtype.block_bytes());
+        let start = self.range.start + elems.start / per * size;
+        let end = self.range.start + elems.end.div_ceil(per) * size;
+        self.backing.release(start..end.min(self.range.end));
     }
     /// The argmax screen of this `[n, k]` weight, built on first call.
     pub(crate) fn screen(&self) -> &Screen {
@@ -222,29 +315,31 @@ impl Weight {
     }
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.range.len() / self.dtype.size()
+        self.range.len() / self.dtype.block_bytes() * self.dtype.block_elems()
     }
     /// Convert elements `start..start + out.len()` (row-major) into `out`. This is how kernels
     /// read weights: a row or tile at a time, never the whole matrix.
     pub fn read_f32(&self, start: usize, out: &mut [f32]) {
-        let s = self.dtype.size();
-        let bytes = &self.bytes()[start * s..(start + out.len()) * s];
+        let all = self.bytes();
+        let n = out.len();
+        let floats = |size: usize| &all[start * size..(start + n) * size];
         match self.dtype {
             DType::F32 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                for (o, c) in out.iter_mut().zip(floats(4).chunks_exact(4)) {
                     *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 }
             }
             DType::BF16 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
                     *o = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
                 }
             }
             DType::F16 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
                     *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
                 }
             }
+            blocks => super::quant::read_on(super::simd::cpu(), blocks, all, start, out),
         }
     }
     /// A view of one slice along the first axis (layer `i` of a stacked weight, row `i` of a
@@ -254,7 +349,7 @@ impl Weight {
         if i >= rows {
             return None;
         }
-        let per = numel(rest)? * self.dtype.size();
+        let per = self.dtype.bytes_for(numel(rest)?)?;
         let start = self.range.start + i * per;
         Some(Weight {
             dtype: self.dtype,

@@ -4,8 +4,12 @@
 //!
 //! 1. The counted files are the entries at the top level of `DIR` (no recursion) named
 //!    `config.json`, `generation_config.json`, `tokenizer.json`, `tokenizer_config.json`, or
-//!    ending in `.safetensors` or `.safetensors.index.json`. Everything else is ignored.
-//!    `config.json` and at least one `*.safetensors` file are required.
+//!    ending in `.safetensors`, `.safetensors.index.json` or `.gguf`. Everything else is ignored.
+//!    Either `config.json` and at least one `*.safetensors` file are required (a Hugging Face
+//!    checkpoint), or exactly one `*.gguf` file and no `*.safetensors` (a GGUF checkpoint).
+//!    A `.gguf` file given itself, rather than its directory, is a checkpoint of that one
+//!    file: the list in step 4 holds it alone, so the digest is the same as for a directory
+//!    holding only it.
 //! 2. Each counted entry must be a regular file, or a symbolic link that resolves to a regular
 //!    file inside `DIR`; links leading outside `DIR`, broken links, directories and special files
 //!    are refused (the digest must describe what is in the directory, not elsewhere).
@@ -27,7 +31,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::files::{CheckpointFiles, FileStamp, OpenFile};
+use super::files::{is_gguf_name, split_single, CheckpointFiles, FileStamp, OpenFile};
 use crate::error::{Diagnose, Exit};
 use crate::memory::MappedFile;
 use crate::primitives::bounded_read::{open_regular, ReadError};
@@ -69,13 +73,15 @@ pub struct ModelDigest {
     /// The same files, still open, as they were hashed: what `exec` loads
     /// ([`CheckpointFiles::sealed`]).
     pub opened: BTreeMap<String, Arc<OpenFile>>,
+    /// The directory the files are named in (the model path, or a single file's directory).
+    pub dir: PathBuf,
 }
 
 impl ModelDigest {
     /// The checkpoint's files as this digest saw them: loading from these reads and maps the
     /// hashed files themselves, whatever the directory holds by now.
-    pub fn checkpoint_files(&self, dir: &Path) -> CheckpointFiles {
-        CheckpointFiles::sealed(dir, self.opened.clone())
+    pub fn checkpoint_files(&self) -> CheckpointFiles {
+        CheckpointFiles::sealed(&self.dir, self.opened.clone())
     }
 }
 
@@ -98,6 +104,20 @@ pub enum ModelDigestError {
         dir: PathBuf,
         /// `config.json` or `*.safetensors file`.
         what: &'static str,
+    },
+    /// A directory holds several GGUF files, or GGUF and safetensors weights together.
+    #[error("model directory {} holds {what}, so which model it is would be a guess", dir.display())]
+    Ambiguous {
+        /// The directory.
+        dir: PathBuf,
+        /// What it holds.
+        what: String,
+    },
+    /// A file given as the model that is not a `.gguf` file.
+    #[error("model {} is a file but not a .gguf file", path.display())]
+    NotGguf {
+        /// The file.
+        path: PathBuf,
     },
     /// A counted entry is a symbolic link leading outside the directory.
     #[error("model file {} is a symbolic link to {}, outside the model directory", path.display(), target.display())]
@@ -153,9 +173,14 @@ impl Diagnose for ModelDigestError {
     fn hint(&self) -> Option<String> {
         Some(match self {
             ModelDigestError::ReadDir { .. } => "pass the checkpoint directory to --model".into(),
-            ModelDigestError::Missing { .. } => "--model must name a Hugging Face checkpoint \
-                directory holding config.json and *.safetensors weights"
-                .into(),
+            ModelDigestError::Missing { .. } | ModelDigestError::NotGguf { .. } => {
+                "the model must be a Hugging Face checkpoint directory (config.json and \
+                 *.safetensors weights), a .gguf file, or a directory holding exactly one"
+                    .into()
+            }
+            ModelDigestError::Ambiguous { .. } => {
+                "give the .gguf file itself, or move the other weights elsewhere".into()
+            }
             ModelDigestError::SymlinkOutside { .. } => "copy the files into the directory \
                 (`cp -L` resolves links, e.g. from a Hugging Face cache snapshot)"
                 .into(),
@@ -176,6 +201,7 @@ pub fn is_counted(name: &str) -> bool {
     COUNTED_NAMES.contains(&name)
         || name.ends_with(".safetensors")
         || name.ends_with(".safetensors.index.json")
+        || is_gguf_name(name)
 }
 
 /// The digest of a file list (sorted here, so any order gives the same digest).
@@ -187,8 +213,28 @@ pub fn digest_of_files(files: &[ModelFile]) -> Digest {
     Digest::derive(MODEL_DIGEST_CONTEXT, &bytes)
 }
 
-/// Digest a checkpoint directory (see the module doc for the scheme).
-pub fn model_digest(dir: &Path) -> Result<ModelDigest, ModelDigestError> {
+/// Digest a checkpoint directory or a single `.gguf` file (see the module doc for the scheme).
+pub fn model_digest(model: &Path) -> Result<ModelDigest, ModelDigestError> {
+    if let (dir, Some(name)) = split_single(model) {
+        if !is_gguf_name(&name) {
+            return Err(ModelDigestError::NotGguf {
+                path: model.to_owned(),
+            });
+        }
+        let resolved = fs::canonicalize(model).map_err(|source| ModelDigestError::Read {
+            path: model.to_owned(),
+            source,
+        })?;
+        let (file, open) = hash_file(name, model, &resolved)?;
+        let files = vec![file];
+        return Ok(ModelDigest {
+            digest: digest_of_files(&files),
+            opened: BTreeMap::from([(files[0].name.clone(), Arc::new(open))]),
+            files,
+            dir,
+        });
+    }
+    let dir = model;
     let read_dir_err = |source| ModelDigestError::ReadDir {
         dir: dir.to_owned(),
         source,
@@ -214,6 +260,33 @@ pub fn model_digest(dir: &Path) -> Result<ModelDigest, ModelDigestError> {
         opened.insert(file.name.clone(), Arc::new(open));
         files.push(file);
     }
+    let ggufs = files.iter().filter(|f| is_gguf_name(&f.name)).count();
+    let safetensors = files
+        .iter()
+        .filter(|f| f.name.ends_with(".safetensors"))
+        .count();
+    let ambiguous = |what: String| ModelDigestError::Ambiguous {
+        dir: dir.to_owned(),
+        what,
+    };
+    match (ggufs, safetensors) {
+        (0, _) => {}
+        (1, 0) => {
+            files.sort_by(|a, b| a.name.cmp(&b.name));
+            return Ok(ModelDigest {
+                digest: digest_of_files(&files),
+                files,
+                opened,
+                dir: dir.to_owned(),
+            });
+        }
+        (1, _) => {
+            return Err(ambiguous(
+                "both a .gguf file and .safetensors weights".into(),
+            ))
+        }
+        (n, _) => return Err(ambiguous(format!("{n} .gguf files"))),
+    }
     if !files.iter().any(|f| f.name == "config.json") {
         return Err(ModelDigestError::Missing {
             dir: dir.to_owned(),
@@ -231,6 +304,7 @@ pub fn model_digest(dir: &Path) -> Result<ModelDigest, ModelDigestError> {
         digest: digest_of_files(&files),
         files,
         opened,
+        dir: dir.to_owned(),
     })
 }
 

@@ -145,44 +145,81 @@ impl Diagnose for FileError {
     }
 }
 
+/// The extension of a single-file GGUF checkpoint.
+pub const GGUF_EXTENSION: &str = "gguf";
+
+/// Whether a file name is a GGUF checkpoint's.
+pub fn is_gguf_name(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .is_some_and(|e| e == GGUF_EXTENSION)
+}
+
 /// The files a checkpoint is loaded from: by path, or the digest's open files only.
 #[derive(Debug)]
 pub struct CheckpointFiles {
     dir: PathBuf,
+    /// The one file of a checkpoint given as a file (a `.gguf`), by name within `dir`.
+    single: Option<String>,
     sealed: Option<BTreeMap<String, Arc<OpenFile>>>,
     used: Vec<Arc<OpenFile>>,
 }
 
 impl CheckpointFiles {
-    /// Files opened by path under `dir` (bench, demo: nothing to hold them to).
-    pub fn by_path(dir: &Path) -> CheckpointFiles {
+    /// Files opened by path (bench, demo: nothing to hold them to): those under `model` when it
+    /// is a directory, else `model` alone, a single-file checkpoint.
+    pub fn by_path(model: &Path) -> CheckpointFiles {
+        let (dir, single) = split_single(model);
         CheckpointFiles {
-            dir: dir.to_owned(),
+            dir,
+            single,
             sealed: None,
             used: Vec::new(),
         }
     }
 
-    /// Exactly the files a model digest hashed, by name; nothing else in `dir` exists.
+    /// Exactly the files a model digest hashed, by name within `dir`; nothing else exists.
     pub fn sealed(dir: &Path, files: BTreeMap<String, Arc<OpenFile>>) -> CheckpointFiles {
         CheckpointFiles {
             dir: dir.to_owned(),
+            single: None,
             sealed: Some(files),
             used: Vec::new(),
         }
     }
 
-    /// The checkpoint directory.
+    /// The directory the checkpoint's files are named in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Whether `name` is a file of the checkpoint.
     pub fn exists(&self, name: &str) -> bool {
-        match &self.sealed {
-            Some(files) => files.contains_key(name),
-            None => self.dir.join(name).exists(),
+        match (&self.sealed, &self.single) {
+            (Some(files), _) => files.contains_key(name),
+            (None, Some(single)) => single == name,
+            (None, None) => self.dir.join(name).exists(),
         }
+    }
+
+    /// The names of the checkpoint's GGUF files (one, for a GGUF checkpoint), sorted.
+    pub fn gguf_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match (&self.sealed, &self.single) {
+            (Some(files), _) => files.keys().filter(|n| is_gguf_name(n)).cloned().collect(),
+            (None, Some(single)) => vec![single.clone()]
+                .into_iter()
+                .filter(|n| is_gguf_name(n))
+                .collect(),
+            (None, None) => std::fs::read_dir(&self.dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| is_gguf_name(n))
+                .collect(),
+        };
+        names.sort();
+        names
     }
 
     /// Open `name` and keep it among the files [`Seal::check_unchanged`] looks at.
@@ -233,6 +270,21 @@ impl CheckpointFiles {
     /// The files opened so far, to be checked again before results are signed.
     pub fn into_seal(self) -> Seal {
         Seal(self.used)
+    }
+}
+
+/// A model path as (the directory its files are named in, the file's name when it is a file).
+pub fn split_single(model: &Path) -> (PathBuf, Option<String>) {
+    let name = model.file_name().and_then(|n| n.to_str());
+    match (model.is_file(), name) {
+        (true, Some(name)) => {
+            let parent = model.parent().filter(|p| !p.as_os_str().is_empty());
+            (
+                parent.unwrap_or(Path::new(".")).to_owned(),
+                Some(name.to_owned()),
+            )
+        }
+        _ => (model.to_owned(), None),
     }
 }
 

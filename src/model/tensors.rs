@@ -1,5 +1,5 @@
-//! Gemma 3's per-layer tensors, written down once: the name suffix in a Hugging Face checkpoint,
-//! the field an engine reads it as (`layer.q_proj`), the shape config.json implies, and whether it
+//! Gemma 3's per-layer tensors, written down once: the name suffix in a Hugging Face checkpoint
+//! and in a GGUF file, the field an engine reads it as (`layer.q_proj`), the shape config.json implies, and whether it
 //! is a projection (a matrix every decode step streams) or a norm vector. The loader, the
 //! engine's `model` record, the huge-page packer, the synthetic checkpoints and the bench's model
 //! facts all iterate [`LAYER_TENSORS`].
@@ -89,6 +89,8 @@ pub struct TensorSpec {
     pub tensor: LayerTensor,
     /// Name under `<prefix>layers.N.` in a Hugging Face checkpoint.
     pub hf_suffix: &'static str,
+    /// Name under `blk.N.` in a GGUF file (llama.cpp's names).
+    pub gguf_suffix: &'static str,
     /// Field of the engine's `layer` record.
     pub field: &'static str,
     /// Shape, HF layout (`[out, in]` for projections).
@@ -109,12 +111,14 @@ impl TensorSpec {
 const fn row(
     tensor: LayerTensor,
     hf_suffix: &'static str,
+    gguf_suffix: &'static str,
     field: &'static str,
     shape: &'static [Dim],
 ) -> TensorSpec {
     TensorSpec {
         tensor,
         hf_suffix,
+        gguf_suffix,
         field,
         shape,
     }
@@ -129,68 +133,91 @@ pub const LAYER_TENSORS: [TensorSpec; 13] = [
     row(
         T::QProj,
         "self_attn.q_proj.weight",
+        "attn_q.weight",
         "q_proj",
         &[QueryWidth, Hidden],
     ),
     row(
         T::KProj,
         "self_attn.k_proj.weight",
+        "attn_k.weight",
         "k_proj",
         &[KvWidth, Hidden],
     ),
     row(
         T::VProj,
         "self_attn.v_proj.weight",
+        "attn_v.weight",
         "v_proj",
         &[KvWidth, Hidden],
     ),
     row(
         T::OProj,
         "self_attn.o_proj.weight",
+        "attn_output.weight",
         "o_proj",
         &[Hidden, QueryWidth],
     ),
-    row(T::QNorm, "self_attn.q_norm.weight", "q_norm", &[HeadDim]),
-    row(T::KNorm, "self_attn.k_norm.weight", "k_norm", &[HeadDim]),
+    row(
+        T::QNorm,
+        "self_attn.q_norm.weight",
+        "attn_q_norm.weight",
+        "q_norm",
+        &[HeadDim],
+    ),
+    row(
+        T::KNorm,
+        "self_attn.k_norm.weight",
+        "attn_k_norm.weight",
+        "k_norm",
+        &[HeadDim],
+    ),
     row(
         T::InputLayernorm,
         "input_layernorm.weight",
+        "attn_norm.weight",
         "input_layernorm",
         &[Hidden],
     ),
     row(
         T::PostAttentionLayernorm,
         "post_attention_layernorm.weight",
+        "post_attention_norm.weight",
         "post_attention_layernorm",
         &[Hidden],
     ),
     row(
         T::PreFeedforwardLayernorm,
         "pre_feedforward_layernorm.weight",
+        "ffn_norm.weight",
         "pre_feedforward_layernorm",
         &[Hidden],
     ),
     row(
         T::PostFeedforwardLayernorm,
         "post_feedforward_layernorm.weight",
+        "post_ffw_norm.weight",
         "post_feedforward_layernorm",
         &[Hidden],
     ),
     row(
         T::GateProj,
         "mlp.gate_proj.weight",
+        "ffn_gate.weight",
         "gate_proj",
         &[Intermediate, Hidden],
     ),
     row(
         T::UpProj,
         "mlp.up_proj.weight",
+        "ffn_up.weight",
         "up_proj",
         &[Intermediate, Hidden],
     ),
     row(
         T::DownProj,
         "mlp.down_proj.weight",
+        "ffn_down.weight",
         "down_proj",
         &[Hidden, Intermediate],
     ),

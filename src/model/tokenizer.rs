@@ -121,6 +121,22 @@ impl Tokenizer {
         Ok(Tokenizer { inner })
     }
 
+    /// The first token id (below `vocabulary.len()`) whose text differs between this tokenizer
+    /// and `vocabulary` (a GGUF file's `tokenizer.ggml.tokens`), with both texts, or `None`
+    /// when they agree. llama.cpp's converter writes the whitespace-run tokens with spaces where
+    /// `tokenizer.json` has SentencePiece's `▁`, so the two are compared with `▁` read as a
+    /// space. Ids past the model's vocabulary (the tokenizer may have more) are not compared.
+    pub fn vocabulary_mismatch(&self, vocabulary: &[String]) -> Option<(u32, String, String)> {
+        let same = |a: &str, b: &str| a.replace('\u{2581}', " ") == b.replace('\u{2581}', " ");
+        vocabulary.iter().enumerate().find_map(|(id, want)| {
+            let id = u32::try_from(id).ok()?;
+            match self.inner.id_to_token(id) {
+                Some(got) if same(&got, want) => None,
+                got => Some((id, want.clone(), got.unwrap_or_else(|| "(none)".into()))),
+            }
+        })
+    }
+
     /// Ids of `text` with no special tokens added.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         let enc = self

@@ -16,6 +16,7 @@ use safetensors::SafeTensors;
 
 use super::config::{ModelConfig, ModelConfigError};
 use super::files::{CheckpointFiles, FileError, OpenFile, Seal};
+use super::gguf::GgufError;
 pub use super::tensors::LayerWeights;
 use super::tensors::LAYER_TENSORS;
 use crate::error::{Diagnose, Exit};
@@ -117,6 +118,17 @@ pub enum WeightsError {
         /// Full tensor name.
         name: String,
     },
+    /// The GGUF container is malformed or holds a type the kernels do not read.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The directory holds weights of two kinds, or several GGUF files.
+    #[error("{dir} holds {what}, so which model it is would be a guess")]
+    Ambiguous {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// What it holds.
+        what: String,
+    },
     /// No tensor name starts with a known text-model prefix.
     #[error("{dir}: no embedding tensor found under any of the prefixes {TEXT_PREFIXES:?}")]
     NoTextModel {
@@ -130,6 +142,7 @@ impl Diagnose for WeightsError {
         match self {
             WeightsError::Config(e) => e.exit(),
             WeightsError::File(e) => e.exit(),
+            WeightsError::Gguf(e) => e.exit(),
             _ => Exit::BadInput,
         }
     }
@@ -137,6 +150,10 @@ impl Diagnose for WeightsError {
         match self {
             WeightsError::Config(e) => e.hint(),
             WeightsError::File(e) => e.hint(),
+            WeightsError::Gguf(e) => e.hint(),
+            WeightsError::Ambiguous { .. } => {
+                Some("give the .gguf file itself, or move the other weights elsewhere".into())
+            }
             WeightsError::Corrupt { .. } => {
                 Some("the file may be truncated; copy or download it again".into())
             }
@@ -162,8 +179,11 @@ pub struct Checkpoint {
     pub norm: Weight,
     /// Output projection `[vocab, hidden]`: the embedding itself when tied.
     pub lm_head: Weight,
-    /// Total bytes of the weights the model uses.
+    /// Total bytes of the weights the model uses, as stored (blocks, for a GGUF file).
     pub weight_bytes: u64,
+    /// The vocabulary a GGUF file carries (`tokenizer.ggml.tokens`), to be checked against the
+    /// tokenizer a text job uses; `None` for safetensors checkpoints.
+    pub vocabulary: Option<Arc<[String]>>,
     /// The files it was read from, to show they were not written since.
     pub seal: Seal,
 }
@@ -182,7 +202,7 @@ struct Files {
     entries: BTreeMap<String, Entry>,
 }
 
-fn map_file(open: &OpenFile) -> Result<Backing, WeightsError> {
+pub(crate) fn map_file(open: &OpenFile) -> Result<Backing, WeightsError> {
     let map = MappedFile::map(&open.file).map_err(|source| WeightsError::Read {
         path: open.path.clone(),
         source,
@@ -371,8 +391,27 @@ impl Checkpoint {
         Checkpoint::load_from(CheckpointFiles::by_path(dir))
     }
 
-    /// Load from `source`: in `exec`, the very files the model digest hashed.
+    /// Load from `source`: in `exec`, the very files the model digest hashed. A `.gguf` file
+    /// (given itself, or alone in its directory) is read as GGUF, anything else as a Hugging
+    /// Face safetensors checkpoint.
     pub fn load_from(mut source: CheckpointFiles) -> Result<Checkpoint, WeightsError> {
+        let ggufs = source.gguf_names();
+        if let Some(first) = ggufs.first() {
+            let ambiguous = |what: String| WeightsError::Ambiguous {
+                dir: source.dir().to_owned(),
+                what,
+            };
+            if ggufs.len() > 1 {
+                return Err(ambiguous(format!("{} .gguf files", ggufs.len())));
+            }
+            if source.exists(SINGLE_FILE) || source.exists(INDEX_FILE) {
+                return Err(ambiguous(
+                    "both a .gguf file and safetensors weights".into(),
+                ));
+            }
+            let name = first.clone();
+            return super::gguf::load(source, &name);
+        }
         let config = read_config(&mut source)?;
         let mut files = Files::open(&mut source)?;
         let prefix = files.text_prefix()?;
@@ -381,12 +420,28 @@ impl Checkpoint {
             &format!("{prefix}embed_tokens.weight"),
             &[c.vocab_size, c.hidden_size],
         )?;
-        let mut layers = (0..c.num_layers())
+        let layers = (0..c.num_layers())
             .map(|i| files.take_layer(&format!("{prefix}layers.{i}."), c))
             .collect::<Result<Vec<_>, _>>()?;
         let norm = files.take(&format!("{prefix}norm.weight"), &[c.hidden_size])?;
         let lm_head = files.take_head(c, &embed)?;
         files.nothing_left()?;
+        Ok(Checkpoint::assemble(
+            config, embed, layers, norm, lm_head, None, source,
+        ))
+    }
+
+    /// A checkpoint of these weights: the projections packed ([`super::pack`]), the bytes
+    /// counted, the files sealed.
+    pub(crate) fn assemble(
+        config: ModelConfig,
+        embed: Weight,
+        mut layers: Vec<LayerWeights>,
+        norm: Weight,
+        lm_head: Weight,
+        vocabulary: Option<Vec<String>>,
+        source: CheckpointFiles,
+    ) -> Checkpoint {
         super::pack::pack(
             layers
                 .iter_mut()
@@ -398,18 +453,19 @@ impl Checkpoint {
             .chain(layers.iter().flat_map(|l| l.iter().map(|(_, w)| w)))
             .map(|w| w.bytes().len() as u64)
             .sum::<u64>();
-        if !c.tie_word_embeddings {
+        if !config.tie_word_embeddings {
             weight_bytes += lm_head.bytes().len() as u64;
         }
-        Ok(Checkpoint {
+        Checkpoint {
             config,
             embed,
             layers,
             norm,
             lm_head,
             weight_bytes,
+            vocabulary: vocabulary.map(Arc::from),
             seal: source.into_seal(),
-        })
+        }
     }
 }
 

@@ -228,8 +228,9 @@ pub enum Type {
     Scalar,
     /// A tensor of this rank, some dimensions known.
     Tensor(Vec<Dim>),
-    /// A weight of this dtype and rank, some dimensions known.
-    Weight(DType, Vec<Dim>),
+    /// A weight of this rank, some dimensions known, and its dtype when every value this type
+    /// covers shares one (a GGUF model's layers mix block formats; every kernel reads them all).
+    Weight(Option<DType>, Vec<Dim>),
     /// An id list.
     Ids,
     /// A record with these fields.
@@ -253,7 +254,8 @@ impl fmt::Display for Type {
         match self {
             Type::Scalar => f.write_str("a scalar"),
             Type::Tensor(d) => write!(f, "a tensor {}", dims(d)),
-            Type::Weight(dt, d) => write!(f, "a {dt:?} weight {}", dims(d)),
+            Type::Weight(Some(dt), d) => write!(f, "a {dt} weight {}", dims(d)),
+            Type::Weight(None, d) => write!(f, "a weight {}", dims(d)),
             Type::Ids => f.write_str("an id list"),
             Type::Record(fields) => {
                 let names: Vec<&str> = fields.keys().map(String::as_str).collect();
@@ -272,9 +274,10 @@ impl Type {
         Ok(match value {
             Value::Scalar(_) => Type::Scalar,
             Value::Tensor(t) => Type::Tensor(vec![None; t.shape().len()]),
-            Value::Weight(w) => {
-                Type::Weight(w.dtype(), w.shape().iter().map(|&d| Some(d)).collect())
-            }
+            Value::Weight(w) => Type::Weight(
+                Some(w.dtype()),
+                w.shape().iter().map(|&d| Some(d)).collect(),
+            ),
             Value::Ids(_) => Type::Ids,
             Value::Record(r) => Type::Record(
                 r.fields()
@@ -317,8 +320,8 @@ impl Type {
             (Type::Scalar, Type::Scalar) => Type::Scalar,
             (Type::Ids, Type::Ids) => Type::Ids,
             (Type::Tensor(a), Type::Tensor(b)) => Type::Tensor(join_dims(a, b)?),
-            (Type::Weight(da, a), Type::Weight(db, b)) if da == db => {
-                Type::Weight(*da, join_dims(a, b)?)
+            (Type::Weight(da, a), Type::Weight(db, b)) => {
+                Type::Weight(if da == db { *da } else { None }, join_dims(a, b)?)
             }
             (Type::Record(a), Type::Record(b)) => {
                 if a.len() != b.len() {
@@ -349,7 +352,9 @@ impl Type {
         let ok = match (self, value) {
             (Type::Scalar, Value::Scalar(_)) | (Type::Ids, Value::Ids(_)) => true,
             (Type::Tensor(d), Value::Tensor(t)) => fits(d, t.shape()),
-            (Type::Weight(dt, d), Value::Weight(w)) => *dt == w.dtype() && fits(d, w.shape()),
+            (Type::Weight(dt, d), Value::Weight(w)) => {
+                dt.is_none_or(|dt| dt == w.dtype()) && fits(d, w.shape())
+            }
             (Type::Record(fields), Value::Record(r)) => {
                 if r.fields().count() != fields.len() {
                     return Err(format!("a record with fields {{{}}}", field_names(r)));

@@ -7,6 +7,7 @@ mod common {
 }
 
 mod engine_layers;
+mod gguf;
 mod job_files;
 mod layers;
 mod model_load;

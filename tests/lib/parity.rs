@@ -23,7 +23,7 @@ fn fixtures() -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .collect();
     dirs.sort();
-    assert_eq!(dirs.len(), 4, "{dirs:?}");
+    assert_eq!(dirs.len(), 5, "{dirs:?}");
     dirs
 }
 

@@ -132,6 +132,16 @@ pub(super) fn columns_avx2<S: Rows>(
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_panel<S: Rows>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
     let k = panel.len() / PANEL;
+    if w.blocked() {
+        // Eight elements of a block format cost their whole block: decode the rows once.
+        let mut rows = vec![0.0f32; width * k];
+        for (c, row) in rows.chunks_exact_mut(k.max(1)).enumerate() {
+            // SAFETY: this function's features include those `decode_avx2` needs.
+            unsafe { w.decode_avx2((j0 + c) * k, row) };
+        }
+        pack_panel(&super::F32Rows(&rows), 0, width, panel);
+        return;
+    }
     let blocks = k / LANES;
     for t in 0..blocks {
         for c0 in [0, 8] {

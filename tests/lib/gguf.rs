@@ -1,0 +1,194 @@
+//! GGUF checkpoints: every block type decodes to gguf-py's values (tests/fixtures/gguf, made by
+//! scripts/reference/make_gguf_fixtures.py), `linear` over blocks keeps those values' f32 math
+//! on every instruction set, and the real Gemma 3 270M Q4_K_M file reproduces HF transformers'
+//! greedy tokens (scripts/reference/gguf_parity.py) when it is cached. The tiny GGUF model runs
+//! through every parity test with the safetensors fixtures (tests/fixtures/models/tiny-gguf).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use runner::job::generate::{Generator, Settings};
+use runner::kernels::{self, linear_on, linear_t, with_instruction_set, DType, Tensor, Weight};
+use runner::model::gguf::Gguf;
+use runner::model::tokenizer::{cached_tokenizer_path, Tokenizer};
+use runner::model::weights::Checkpoint;
+use runner::restrict::check;
+use runner::restrict::policy::Policy;
+use serde_json::Value as Json;
+
+use crate::common::repo::root;
+
+const REAL_270M: &str = "gemma-3-270m-q4_k_m.gguf";
+
+fn blocks() -> (Vec<u8>, Vec<u8>) {
+    let dir = root().join("tests/fixtures/gguf");
+    (
+        std::fs::read(dir.join("blocks.gguf")).unwrap(),
+        std::fs::read(dir.join("blocks_expected.safetensors")).unwrap(),
+    )
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn every_block_type_decodes_to_the_values_gguf_py_gives() {
+    let (file, expected) = blocks();
+    let gguf = Gguf::parse(&root().join("tests/fixtures/gguf/blocks.gguf"), &file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&expected).unwrap();
+    let bytes: Arc<Vec<u8>> = Arc::new(file.clone());
+    let mut seen = Vec::new();
+    for t in &gguf.tensors {
+        let w = Weight::new(t.dtype, t.shape(), bytes.clone(), t.bytes.clone()).unwrap();
+        let mut got = vec![0.0f32; w.numel()];
+        w.read_f32(0, &mut got);
+        let want: Vec<f32> = st
+            .tensor(&t.name)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(bits(&got), bits(&want), "{} ({})", t.name, t.dtype);
+        seen.push(t.dtype);
+    }
+    seen.sort_by_key(|d| d.name());
+    let mut all = DType::ALL.to_vec();
+    all.sort_by_key(|d| d.name());
+    assert_eq!(seen, all, "one tensor per supported type");
+}
+
+#[test]
+fn linear_over_blocks_is_the_f32_math_on_gguf_py_values_on_every_path() {
+    let (file, expected) = blocks();
+    let gguf = Gguf::parse(&root().join("tests/fixtures/gguf/blocks.gguf"), &file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&expected).unwrap();
+    let bytes: Arc<Vec<u8>> = Arc::new(file.clone());
+    for t in &gguf.tensors {
+        let w = Weight::new(t.dtype, t.shape(), bytes.clone(), t.bytes.clone()).unwrap();
+        let dense: Vec<f32> = st
+            .tensor(&t.name)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let dense = Tensor::new(t.shape(), dense).unwrap();
+        let k = t.shape()[1];
+        for m in [1, 5, 24] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
+                .collect();
+            let x = Tensor::new(vec![m, k], x).unwrap();
+            let want = linear_t(&x, &dense).unwrap();
+            for isa in kernels::simd::available() {
+                let got = linear_on(isa, &x, &w).unwrap();
+                assert_eq!(
+                    bits(got.data()),
+                    bits(want.data()),
+                    "{} m={m} {isa:?}",
+                    t.name
+                );
+            }
+        }
+    }
+}
+
+/// The real 270M file from the cache `scripts/fetch_model.sh gemma3-270m` fills, if it is there.
+fn real_270m() -> Option<PathBuf> {
+    let cache = std::env::var_os("RUNNER_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/runner")))?;
+    let path = cache.join("models").join(REAL_270M);
+    if path.is_file() {
+        return Some(path);
+    }
+    println!(
+        "NOTICE: skipped: the real Gemma 3 270M ({}) is not cached; run scripts/fetch_model.sh gemma3-270m",
+        path.display()
+    );
+    None
+}
+
+fn ids(v: &Json) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Tokens to compare: those before the reference's first near-tie (top-2 margin < 0.01), where
+/// a last-bit difference in summation order may legitimately pick the other token.
+fn up_to_near_tie(r: &Json) -> Vec<u32> {
+    let tokens = ids(&r["tokens"]);
+    match r["first_near_tie"].as_u64() {
+        Some(t) => tokens[..t as usize].to_vec(),
+        None => tokens,
+    }
+}
+
+#[test]
+fn the_real_270m_reproduces_hf_greedy_tokens_alone_and_in_a_left_padded_batch() {
+    let Some(path) = real_270m() else { return };
+    let e: Json = serde_json::from_slice(
+        &std::fs::read(root().join("tests/fixtures/gguf/gemma3-270m-q4_k_m.expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let source = std::fs::read_to_string(root().join("engines/gemma3.eng")).unwrap();
+    let policy = Policy::load(&root().join("policies/gemma3.json")).unwrap();
+    let checked = check(&source, "engines/gemma3.eng", &policy).unwrap();
+    let g = Generator::new(checked, "main", Arc::new(Checkpoint::load(&path).unwrap())).unwrap();
+    let prompts: Vec<Vec<u32>> = e["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    let n = ids(&e["single"][0]["tokens"]).len();
+    assert!(n >= 32);
+    let settings = Settings {
+        max_new_tokens: n,
+        stop_ids: Vec::new(),
+    };
+    for isa in kernels::simd::available() {
+        with_instruction_set(isa, || {
+            for (i, p) in prompts.iter().enumerate() {
+                let got = g
+                    .generate(std::slice::from_ref(p), &settings, |_| {})
+                    .unwrap();
+                let want = up_to_near_tie(&e["single"][i]);
+                assert_eq!(
+                    got[0].tokens[..want.len()],
+                    want,
+                    "prompt {i} alone, {isa:?}"
+                );
+            }
+            let got = g.generate(&prompts, &settings, |_| {}).unwrap();
+            for (i, seq) in got.iter().enumerate() {
+                let want = up_to_near_tie(&e["batched"]["results"][i]);
+                assert_eq!(
+                    seq.tokens[..want.len()],
+                    want,
+                    "sequence {i} of the batch, {isa:?}"
+                );
+            }
+        });
+    }
+    // The prompts' ids are the official tokenizer's, and the file's vocabulary is its.
+    if let Some(tok) = cached_tokenizer_path().filter(|p| p.exists()) {
+        let tok = Tokenizer::load(&tok).unwrap();
+        let ck = g.checkpoint();
+        assert_eq!(
+            tok.vocabulary_mismatch(ck.vocabulary.as_ref().unwrap()),
+            None
+        );
+        for p in e["prompts"].as_array().unwrap() {
+            let mut want = vec![2];
+            want.extend(tok.encode_plain(p["text"].as_str().unwrap()).unwrap());
+            assert_eq!(ids(&p["ids"]), want);
+        }
+    }
+}
