@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::model::tensors::{LayerTensor, LayerWeights};
+use crate::model::tensors::LayerWeights;
 use crate::model::weights::Checkpoint;
 
 /// What the report needs to know about the checkpoint.
@@ -49,10 +49,21 @@ impl ModelFacts {
         if !ck.config.tie_word_embeddings {
             params += head;
         }
-        let dtype = ck
-            .layers
-            .first()
-            .map_or(ck.embed.dtype(), |l| l[LayerTensor::QProj].dtype());
+        // Every projection dtype, in the order first seen: a GGUF file mixes block formats.
+        let mut dtypes = Vec::new();
+        for (_, w) in ck.layers.iter().flat_map(|l| l.iter()) {
+            if w.shape().len() == 2 && !dtypes.contains(&w.dtype()) {
+                dtypes.push(w.dtype());
+            }
+        }
+        if dtypes.is_empty() {
+            dtypes.push(ck.embed.dtype());
+        }
+        let weight_dtype = dtypes
+            .iter()
+            .map(|d| format!("{d:?}").to_lowercase())
+            .collect::<Vec<_>>()
+            .join("+");
         let head_bytes = ck.lm_head.bytes().len() as u64;
         // Tied, the head's bytes are the embedding's and `weight_bytes` counts them once.
         let untied_embed = if ck.config.tie_word_embeddings {
@@ -65,7 +76,7 @@ impl ModelFacts {
             .map_or(step_bytes, |screen| step_bytes - head_bytes + screen);
         ModelFacts {
             weight_bytes: ck.weight_bytes,
-            weight_dtype: format!("{dtype:?}").to_lowercase(),
+            weight_dtype,
             params,
             layer_linear_params: layer_linear,
             head_params: head,

@@ -14,7 +14,7 @@ use crate::job::run::{RunResult, RECEIPT_FILE};
 use crate::job::state::StateDir;
 use crate::model::digest::model_digest;
 use crate::model::synthetic::SyntheticSpec;
-use crate::model::tokenizer::cached_tokenizer_path;
+use crate::model::tokenizer::{cache_dir, cached_tokenizer_path};
 use crate::primitives::atomic_file::{write_atomic, Overwrite};
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::{write_key_pair, PublicKey, SecretKey};
@@ -27,6 +27,8 @@ use crate::trust::config::TrustConfig;
 use crate::trust::receipt::{verify_receipt, OUTPUTS_COMMITMENT_CONTEXT};
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
+/// The file `scripts/fetch_model.sh gemma3-270m` caches under `models/`.
+const REAL_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
 const POLICY: &str = include_str!("../../policies/gemma3.json");
 
 /// Flags of `runner demo`.
@@ -36,6 +38,14 @@ pub struct DemoArgs {
     /// system's temporary directory.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The model to run: a .gguf file or a checkpoint directory. Default: the real Gemma 3 270M
+    /// when `scripts/fetch_model.sh gemma3-270m` has cached it (and the tokenizer), else a
+    /// built-in random-weight model.
+    #[arg(long, value_name = "FILE.gguf|DIR", conflicts_with = "builtin")]
+    pub model: Option<PathBuf>,
+    /// Use the built-in random-weight model even when the real one is cached.
+    #[arg(long)]
+    pub builtin: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,10 +110,24 @@ pub fn demo(args: DemoArgs) -> CliResult {
     ))?;
     let keys = make_keys(&dir)?;
     make_trust(&dir)?;
-    let model = make_model(&dir)?;
+    let model = match (args.model, args.builtin) {
+        (Some(path), _) => real_model(path)?,
+        (None, false) => match cached_real_model() {
+            Some(path) => real_model(path)?,
+            None => {
+                print(
+                    "   note        the real Gemma 3 270M is not cached (scripts/fetch_model.sh \
+                     gemma3-270m fetches it, with the tokenizer); using the built-in random-weight \
+                     model\n",
+                )?;
+                make_model(&dir)?
+            }
+        },
+        (None, true) => make_model(&dir)?,
+    };
     let (policy, checked) = check_engine(&dir)?;
     let cert = approve(&dir, &keys, policy, &checked, &model)?;
-    write_job(&dir, model.tokenizer, &keys.state.recipient()?)?;
+    write_job(&dir, &model, &keys.state.recipient()?)?;
     let (cert_path, job_path, trust_path) = (
         dir.join("cert.json"),
         dir.join("job.toml"),
@@ -188,6 +212,47 @@ struct DemoModel {
     digest: Digest,
     /// Whether the real tokenizer was cached, so prompts can be text.
     tokenizer: bool,
+    /// What job.toml's `model` says.
+    path: PathBuf,
+    /// New tokens per prompt: enough for a real model to say something.
+    new_tokens: u32,
+    /// Real pretrained weights: prompts are text to continue (a base model has no chat turns).
+    real: bool,
+}
+
+/// The real Gemma 3 270M where `scripts/fetch_model.sh gemma3-270m` caches it, if it and the
+/// tokenizer are both there.
+fn cached_real_model() -> Option<PathBuf> {
+    cached_tokenizer_path().filter(|p| p.exists())?;
+    Some(cache_dir()?.join("models").join(REAL_MODEL)).filter(|p| p.is_file())
+}
+
+/// 3. A real checkpoint, approved where it lies (a .gguf file is its own checkpoint).
+fn real_model(path: PathBuf) -> Result<DemoModel, CliError> {
+    let path = std::fs::canonicalize(&path).map_err(|source| DemoError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let digest = model_digest(&path)?.digest;
+    let tokenizer = cached_tokenizer_path().is_some_and(|p| p.exists());
+    print(&format!(
+        "3. model       {} (real weights, digest {}), read in place\n",
+        path.display(),
+        digest.short()
+    ))?;
+    if !tokenizer {
+        print(
+            "              note: the Gemma 3 tokenizer is not cached (scripts/fetch_tokenizer.sh \
+             fetches it), so prompts are token ids and outputs are tokens only\n",
+        )?;
+    }
+    Ok(DemoModel {
+        digest,
+        tokenizer,
+        path,
+        new_tokens: 32,
+        real: true,
+    })
 }
 
 /// 3. A random-weight model, with the real tokenizer when it is cached.
@@ -226,6 +291,9 @@ fn make_model(dir: &Path) -> Result<DemoModel, CliError> {
     Ok(DemoModel {
         digest,
         tokenizer: tokenizer.is_some(),
+        path: PathBuf::from("model"),
+        new_tokens: 12,
+        real: false,
     })
 }
 
@@ -282,8 +350,15 @@ fn approve(
 
 /// Step 6: a job on private prompts, sealed to the runner (the plaintext is never written):
 /// text when the tokenizer is there, token ids otherwise.
-fn write_job(dir: &Path, text: bool, runner: &str) -> Result<(), CliError> {
-    let inputs = if text {
+fn write_job(dir: &Path, model: &DemoModel, runner: &str) -> Result<(), CliError> {
+    let text = model.tokenizer;
+    let inputs = if text && model.real {
+        concat!(
+            "{\"id\": \"q1\", \"prompt\": \"The capital of France is\"}\n",
+            "{\"id\": \"q2\", \"prompt\": \"def fibonacci(n):\"}\n",
+            "{\"id\": \"q3\", \"prompt\": \"Once upon a time, there was a little robot who\"}\n",
+        )
+    } else if text {
         concat!(
             "{\"id\": \"q1\", \"prompt\": \"What is the capital of France?\"}\n",
             "{\"id\": \"q2\", \"prompt\": \"Write a haiku about the sea.\"}\n",
@@ -301,18 +376,23 @@ fn write_job(dir: &Path, text: bool, runner: &str) -> Result<(), CliError> {
     } else {
         "[\"tokens\"]"
     };
+    // A TOML basic string: the path's backslashes and quotes escaped.
+    let model_path = model.path.display().to_string();
+    let model_path = model_path.replace('\\', "\\\\").replace('"', "\\\"");
+    let new_tokens = model.new_tokens;
+    let template = if model.real { "raw" } else { "chat" };
     write(
         &dir.join("job.toml"),
         format!(
-            "engine = \"engines/gemma3.eng\"\nmodel = \"model\"\ninputs = \"inputs.jsonl.age\"\n\
+            "engine = \"engines/gemma3.eng\"\nmodel = \"{model_path}\"\ninputs = \"inputs.jsonl.age\"\n\
              output_dir = \"out\"\n\n[generation]\n\
-             batch_size = 3\nmax_new_tokens = 12\ntemplate = \"chat\"\noutputs = {outputs}\n"
+             batch_size = 3\nmax_new_tokens = {new_tokens}\ntemplate = \"{template}\"\noutputs = {outputs}\n"
         ),
     )?;
-    print(
+    print(&format!(
         "6. job         job.toml: 3 private prompts sealed to the runner (inputs.jsonl.age), \
-         batch 3, 12 new tokens each\n",
-    )
+         batch 3, {new_tokens} new tokens each\n",
+    ))
 }
 
 /// 7. exec: the audit log, the trusted boundary, then the run.

@@ -222,9 +222,14 @@ pub fn chat_text(turns: &[Turn]) -> Result<String, TokenizerError> {
 /// Where `scripts/fetch_tokenizer.sh` caches the tokenizer: `$RUNNER_CACHE/gemma3/tokenizer.json`,
 /// `RUNNER_CACHE` defaulting to `$HOME/.cache/runner`.
 pub fn cached_tokenizer_path() -> Option<PathBuf> {
-    let base = match std::env::var_os("RUNNER_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/runner"),
-    };
-    Some(base.join("gemma3/tokenizer.json"))
+    Some(cache_dir()?.join("gemma3/tokenizer.json"))
+}
+
+/// The runner's download cache: `$RUNNER_CACHE`, else `~/.cache/runner` (what the fetch scripts
+/// fill: `gemma3/tokenizer.json`, `models/*.gguf`).
+pub fn cache_dir() -> Option<PathBuf> {
+    match std::env::var_os("RUNNER_CACHE") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(PathBuf::from(std::env::var_os("HOME")?).join(".cache/runner")),
+    }
 }

@@ -8,6 +8,7 @@ mod common;
 mod audit;
 mod bench;
 mod exec;
+mod gguf;
 mod reapproval;
 mod receipt;
 mod restrict;
