@@ -23,9 +23,36 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// A `[n, k]` weight of random blocks with modest f16 scales (k a multiple of the block).
+fn blocks(dtype: DType, n: usize, k: usize) -> Weight {
+    let size = dtype.block_bytes();
+    let count = n * k / dtype.block_elems();
+    let mut bytes: Vec<u8> = values(count * size, 3)
+        .iter()
+        .map(|v| (v.to_bits() >> 7) as u8)
+        .collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    for blk in bytes.chunks_exact_mut(size) {
+        match dtype {
+            DType::Q6_K => blk[208..210].copy_from_slice(&scale),
+            DType::Q4_K | DType::Q5_K => {
+                blk[0..2].copy_from_slice(&scale);
+                blk[2..4].copy_from_slice(&scale);
+            }
+            _ => blk[0..2].copy_from_slice(&scale),
+        }
+    }
+    let len = bytes.len();
+    Weight::new(dtype, vec![n, k], std::sync::Arc::new(bytes), 0..len).expect("whole blocks")
+}
+
 fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     let x = Tensor::new(vec![m, k], values(m * k, 1)).expect("shape");
-    let w = Weight::from_values(dtype, vec![n, k], &values(n * k, 2)).expect("shape");
+    let w = if dtype.is_quantized() {
+        blocks(dtype, n, k)
+    } else {
+        Weight::from_values(dtype, vec![n, k], &values(n * k, 2)).expect("shape")
+    };
     let reps = (2e9 / (2.0 * (m * k * n) as f64)).clamp(5.0, 400.0) as usize;
     let mut times = Vec::new();
     for _ in 0..reps {
@@ -110,7 +137,20 @@ fn main() {
             (8, 640, 262144),
         ]
     };
+    // `DTYPES=Q5_0,Q4_K`: only these (block formats included).
+    let only: Option<Vec<DType>> = std::env::var("DTYPES").ok().map(|list| {
+        DType::ALL
+            .into_iter()
+            .filter(|d| list.split(',').any(|n| n.eq_ignore_ascii_case(d.name())))
+            .collect()
+    });
     for &(m, k, n) in shapes {
+        if let Some(only) = &only {
+            for &dtype in only {
+                bench_linear(kernels::isa(), m, k, n, dtype);
+            }
+            continue;
+        }
         for dtype in [DType::BF16, DType::F32, DType::F16] {
             if (quick || n > 100_000) && dtype != DType::BF16 {
                 continue;

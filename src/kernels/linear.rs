@@ -518,9 +518,17 @@ fn columns_on<S: Rows>(
             return;
         }
         // SAFETY: this function's own features are the ones `row_gemv` needs.
-        if !unsafe { row_gemv(lhs.x, m, k, w, out) } {
-            columns::<S, AVX2>(lhs.x, m, k, w, out)
+        if unsafe { row_gemv(lhs.x, m, k, w, out) } {
+            return;
         }
+        // A few x rows against blocks: decoded in registers, no tile buffer.
+        let few = |d: DType| d.is_quantized() && quant::takes_registers(d, m);
+        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| few(*d)) {
+            if quant::gemm_blocks_avx2(dtype, lhs.x, m, k, bytes, out) {
+                return;
+            }
+        }
+        columns::<S, AVX2>(lhs.x, m, k, w, out)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
@@ -557,7 +565,7 @@ unsafe fn row_gemv<S: Rows>(
     w: &S,
     out: &mut ColumnsMut<'_>,
 ) -> bool {
-    let Some((bytes, dtype)) = w.raw().filter(|(_, d)| m == 1 && !d.is_quantized()) else {
+    let Some((bytes, dtype)) = w.raw().filter(|_| m == 1) else {
         return false;
     };
     let cols = out.cols();
@@ -568,7 +576,7 @@ unsafe fn row_gemv<S: Rows>(
             DType::F32 => gemv::gemv_avx2::<{ gemv::F32 }>(x, bytes, k, cols, dst),
             DType::BF16 => gemv::gemv_avx2::<{ gemv::BF16 }>(x, bytes, k, cols, dst),
             DType::F16 => gemv::gemv_avx2::<{ gemv::F16 }>(x, bytes, k, cols, dst),
-            _ => return false,
+            blocks => return quant::gemv_blocks_avx2(blocks, x, bytes, k, cols, dst),
         }
     }
     true

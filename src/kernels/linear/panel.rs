@@ -39,6 +39,9 @@ const TILE_ROWS: usize = 6;
 /// alternating in one process, the 270m shapes: 0.7x at 8 rows, 1.0x at 16, 1.1x at 24,
 /// 1.45x at 128; docs/performance.md).
 pub(super) const MIN_ROWS: usize = 24;
+/// Inner elements of a block-format panel decoded at a time: a whole number of blocks of every
+/// format (32 or 256 elements), since rows are whole blocks.
+const BLOCK_SPAN: usize = 256;
 
 /// Where each lane's subsequence of the inner dimension lies once permuted: lane `l` holds
 /// elements `l, l + 16, ...`, stored contiguously from [`Segments::start`].
@@ -133,13 +136,25 @@ pub(super) fn columns_avx2<S: Rows>(
 fn pack_panel<S: Rows>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
     let k = panel.len() / PANEL;
     if w.blocked() {
-        // Eight elements of a block format cost their whole block: decode the rows once.
-        let mut rows = vec![0.0f32; width * k];
-        for (c, row) in rows.chunks_exact_mut(k.max(1)).enumerate() {
-            // SAFETY: this function's features include those `decode_avx2` needs.
-            unsafe { w.decode_avx2((j0 + c) * k, row) };
+        // Eight elements of a block format cost their whole block: decode the panel's rows a
+        // span of whole blocks at a time into L1 (16 rows x 256 f32 = 16 KiB), then transpose
+        // that span as f32 rows.
+        let mut rows = [0.0f32; PANEL * BLOCK_SPAN];
+        let mut k0 = 0;
+        while k0 < k {
+            let len = BLOCK_SPAN.min(k - k0);
+            for (c, dst) in rows[..PANEL * len].chunks_exact_mut(len).enumerate() {
+                if c < width {
+                    // SAFETY: this function's features include those `decode_avx2` needs.
+                    unsafe { w.decode_avx2((j0 + c) * k + k0, dst) };
+                } else {
+                    dst.fill(0.0);
+                }
+            }
+            let span = &mut panel[k0 * PANEL..(k0 + len) * PANEL];
+            pack_panel(&super::F32Rows(&rows[..PANEL * len]), 0, PANEL, span);
+            k0 += len;
         }
-        pack_panel(&super::F32Rows(&rows), 0, width, panel);
         return;
     }
     let blocks = k / LANES;

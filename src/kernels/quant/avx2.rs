@@ -8,9 +8,9 @@ use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_and_si256, _mm256_castsi256_si128, _mm256_cmpeq_epi32,
     _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_extracti128_si256,
     _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi8,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
-    _mm256_storeu_ps, _mm256_sub_epi32, _mm256_sub_ps, _mm_cvtsi32_si128, _mm_loadl_epi64,
-    _mm_loadu_si128, _mm_srli_si128,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_slli_epi16, _mm256_slli_epi32,
+    _mm256_sllv_epi32, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32,
+    _mm256_sub_ps, _mm_cvtsi32_si128, _mm_loadl_epi64, _mm_loadu_si128, _mm_srli_si128,
 };
 
 use super::{decode_block, half, k_group_factors, MAX_BLOCK};
@@ -45,52 +45,200 @@ pub(crate) fn read_avx2(dtype: DType, bytes: &[u8], start: usize, out: &mut [f32
 #[target_feature(enable = "avx2,fma,f16c")]
 fn block_avx2(dtype: DType, b: &[u8], out: &mut [f32]) {
     match dtype {
-        DType::Q8_0 => q8_0(b, out),
-        DType::Q4_0 => q4_0(b, out),
-        DType::Q5_0 => q5_0(b, out),
-        DType::Q4_K => q4_k(b, out),
-        DType::Q5_K => q5_k(b, out),
-        DType::Q6_K => q6_k(b, out),
+        DType::Q8_0 => store_block::<Q8_0>(b, out),
+        DType::Q4_0 => store_block::<Q4_0>(b, out),
+        DType::Q5_0 => store_block::<Q5_0>(b, out),
+        DType::Q4_K => store_block::<Q4K>(b, out),
+        DType::Q5_K => store_block::<Q5K>(b, out),
+        DType::Q6_K => store_block::<Q6K>(b, out),
         floats => decode_block(floats, b, out),
     }
 }
 
-/// Eight values `q` (i32 lanes) times `d` into `out[..8]`.
-#[target_feature(enable = "avx2")]
-fn store_scaled(q: __m256i, d: __m256, out: &mut [f32]) {
-    let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-    let out = &mut out[..8];
-    // SAFETY: `out` holds exactly 8 f32s (one unaligned store).
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+/// One block format's AVX2 decoder: a block is [`Blocks::GROUPS`] groups of 32 elements, each
+/// decoded to four vectors of eight consecutive values, after [`Blocks::prepare`] read what
+/// the groups share (scales).
+pub(crate) trait Blocks {
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Groups of 32 elements per block.
+    const GROUPS: usize;
+    /// What the groups of one block share.
+    type Shared: Copy;
+    /// Read the shared part of block `b` (`BYTES` long).
+    fn prepare(b: &[u8]) -> Self::Shared;
+    /// Elements `32 g .. 32 g + 32` of block `b`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn group(b: &[u8], shared: &Self::Shared, g: usize) -> [__m256; 4];
 }
 
-/// Eight values `ds * q - dm` into `out[..8]`.
-#[target_feature(enable = "avx2")]
-fn store_affine(q: __m256i, ds: __m256, dm: __m256, out: &mut [f32]) {
-    let v = _mm256_sub_ps(_mm256_mul_ps(ds, _mm256_cvtepi32_ps(q)), dm);
-    let out = &mut out[..8];
-    // SAFETY: `out` holds exactly 8 f32s (one unaligned store).
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+/// Every element of block `b` into `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn store_block<B: Blocks>(b: &[u8], out: &mut [f32]) {
+    let shared = B::prepare(b);
+    for (g, dst) in out[..32 * B::GROUPS].chunks_exact_mut(32).enumerate() {
+        // SAFETY: this function's features are the ones `group` needs.
+        let v = unsafe { B::group(b, &shared, g) };
+        for (v, o) in v.into_iter().zip(dst.chunks_exact_mut(8)) {
+            // SAFETY: `o` holds exactly 8 f32s (one unaligned store).
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+        }
+    }
 }
 
-/// Bytes `b[..32]` as one vector.
+/// Eight values `q` (i32 lanes) times `d`.
 #[target_feature(enable = "avx2")]
-fn load32(b: &[u8]) -> __m256i {
-    let b = &b[..32];
-    // SAFETY: `b` holds exactly 32 bytes (one unaligned load).
-    unsafe { _mm256_loadu_si256(b.as_ptr().cast::<__m256i>()) }
+#[inline]
+fn scaled(q: __m256i, d: __m256) -> __m256 {
+    _mm256_mul_ps(d, _mm256_cvtepi32_ps(q))
 }
 
-/// Bytes `b[..16]` as one vector.
+/// Eight values `ds * q - dm`: a multiply, then a subtract (never fused).
 #[target_feature(enable = "avx2")]
-fn load16(b: &[u8]) -> __m128i {
-    let b = &b[..16];
-    // SAFETY: `b` holds exactly 16 bytes (one unaligned load).
-    unsafe { _mm_loadu_si128(b.as_ptr().cast::<__m128i>()) }
+#[inline]
+fn affine(q: __m256i, ds: __m256, dm: __m256) -> __m256 {
+    _mm256_sub_ps(_mm256_mul_ps(ds, _mm256_cvtepi32_ps(q)), dm)
+}
+
+/// [`affine`] of four vectors.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn affine4(q: [__m256i; 4], ds: __m256, dm: __m256) -> [__m256; 4] {
+    [
+        affine(q[0], ds, dm),
+        affine(q[1], ds, dm),
+        affine(q[2], ds, dm),
+        affine(q[3], ds, dm),
+    ]
+}
+
+pub(crate) struct Q8_0;
+pub(crate) struct Q4_0;
+pub(crate) struct Q5_0;
+pub(crate) struct Q4K;
+pub(crate) struct Q5K;
+pub(crate) struct Q6K;
+
+impl Blocks for Q8_0 {
+    const BYTES: usize = 34;
+    const GROUPS: usize = 1;
+    type Shared = f32;
+    #[inline(always)]
+    fn prepare(b: &[u8]) -> f32 {
+        half(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
+        let q = &b[2..34];
+        // SAFETY: the caller guarantees AVX2; each load reads 8 of `q`'s 32 bytes. (No
+        // closures here or below: a closure does not inherit the target features, so the
+        // intrinsics in it would become calls.)
+        unsafe {
+            let d = _mm256_set1_ps(*d);
+            let at = |i: usize| q.as_ptr().add(8 * i).cast::<__m128i>();
+            let (q0, q1) = (_mm_loadl_epi64(at(0)), _mm_loadl_epi64(at(1)));
+            let (q2, q3) = (_mm_loadl_epi64(at(2)), _mm_loadl_epi64(at(3)));
+            [
+                scaled(_mm256_cvtepi8_epi32(q0), d),
+                scaled(_mm256_cvtepi8_epi32(q1), d),
+                scaled(_mm256_cvtepi8_epi32(q2), d),
+                scaled(_mm256_cvtepi8_epi32(q3), d),
+            ]
+        }
+    }
+}
+
+/// The 32 nibbles of 16 bytes in element order (low nibbles, then high), widened to i32 lanes.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn nibbles32(qs: &[u8]) -> [__m256i; 4] {
+    let raw = load16(qs);
+    let mask = _mm256_set1_epi32(0x0f);
+    let lo = _mm256_cvtepu8_epi32(raw);
+    let lo2 = _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(raw));
+    [
+        _mm256_and_si256(lo, mask),
+        _mm256_and_si256(lo2, mask),
+        _mm256_srli_epi16::<4>(lo),
+        _mm256_srli_epi16::<4>(lo2),
+    ]
+}
+
+impl Blocks for Q4_0 {
+    const BYTES: usize = 18;
+    const GROUPS: usize = 1;
+    type Shared = f32;
+    #[inline(always)]
+    fn prepare(b: &[u8]) -> f32 {
+        half(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let (d, eight) = (_mm256_set1_ps(*d), _mm256_set1_epi32(8));
+            let q = nibbles32(&b[2..18]);
+            [
+                scaled(_mm256_sub_epi32(q[0], eight), d),
+                scaled(_mm256_sub_epi32(q[1], eight), d),
+                scaled(_mm256_sub_epi32(q[2], eight), d),
+                scaled(_mm256_sub_epi32(q[3], eight), d),
+            ]
+        }
+    }
+}
+
+impl Blocks for Q5_0 {
+    const BYTES: usize = 22;
+    const GROUPS: usize = 1;
+    type Shared = f32;
+    #[inline(always)]
+    fn prepare(b: &[u8]) -> f32 {
+        half(b, 0)
+    }
+    #[inline(always)]
+    unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let d = _mm256_set1_ps(*d);
+            let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
+            let sixteen = _mm256_set1_epi32(16);
+            let q = nibbles32(&b[6..22]);
+            // Bits 8i..8i + 8 of qh, one per lane: lane l of vector i tests bit 8i + l.
+            let lane = _mm256_sllv_epi32(
+                _mm256_set1_epi32(1),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            let masks = [
+                lane,
+                _mm256_slli_epi32::<8>(lane),
+                _mm256_slli_epi32::<16>(lane),
+                _mm256_slli_epi32::<24>(lane),
+            ];
+            let mut out = [_mm256_setzero_ps(); 4];
+            for i in 0..4 {
+                let set = _mm256_cmpeq_epi32(_mm256_and_si256(qh, masks[i]), masks[i]);
+                let fifth = _mm256_and_si256(set, sixteen);
+                out[i] = scaled(_mm256_sub_epi32(_mm256_or_si256(q[i], fifth), sixteen), d);
+            }
+            out
+        }
+    }
+}
+
+/// The nibbles `(v >> shift) & 15` of each byte of `v`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn nibbles(v: __m256i, shift: i32) -> __m256i {
+    let shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
 }
 
 /// The four groups of eight bytes of `v` widened to i32 lanes (unsigned).
 #[target_feature(enable = "avx2")]
+#[inline]
 fn widen_u8(v: __m256i) -> [__m256i; 4] {
     let lo = _mm256_castsi256_si128(v);
     let hi = _mm256_extracti128_si256::<1>(v);
@@ -102,144 +250,98 @@ fn widen_u8(v: __m256i) -> [__m256i; 4] {
     ]
 }
 
-/// The nibbles `(v >> shift) & 15` of each byte of `v`.
-#[target_feature(enable = "avx2")]
-fn nibbles(v: __m256i, shift: i32) -> __m256i {
-    let shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
-    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
-}
-
-#[target_feature(enable = "avx2")]
-fn q8_0(b: &[u8], out: &mut [f32]) {
-    let d = _mm256_set1_ps(half(b, 0));
-    for (i, o) in out[..32].chunks_exact_mut(8).enumerate() {
-        let src = &b[2 + 8 * i..][..8];
-        // SAFETY: `src` holds exactly 8 bytes (one unaligned 64-bit load).
-        let raw = unsafe { _mm_loadl_epi64(src.as_ptr().cast::<__m128i>()) };
-        store_scaled(_mm256_cvtepi8_epi32(raw), d, o);
+impl Blocks for Q4K {
+    const BYTES: usize = 144;
+    const GROUPS: usize = 8;
+    type Shared = [(f32, f32); 8];
+    #[inline(always)]
+    fn prepare(b: &[u8]) -> [(f32, f32); 8] {
+        k_group_factors(b)
     }
-}
-
-/// The 32 nibbles of 16 bytes in element order (low nibbles, then high), widened to i32 lanes.
-#[target_feature(enable = "avx2")]
-fn nibbles32(qs: &[u8]) -> [__m256i; 4] {
-    let raw = load16(qs);
-    let lo = _mm256_and_si256(_mm256_cvtepu8_epi32(raw), _mm256_set1_epi32(0x0f));
-    let lo2 = _mm256_and_si256(
-        _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(raw)),
-        _mm256_set1_epi32(0x0f),
-    );
-    let hi = _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi32(raw));
-    let hi2 = _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(raw)));
-    [lo, lo2, hi, hi2]
-}
-
-#[target_feature(enable = "avx2")]
-fn q4_0(b: &[u8], out: &mut [f32]) {
-    let d = _mm256_set1_ps(half(b, 0));
-    let eight = _mm256_set1_epi32(8);
-    for (q, o) in nibbles32(&b[2..18])
-        .into_iter()
-        .zip(out[..32].chunks_exact_mut(8))
-    {
-        store_scaled(_mm256_sub_epi32(q, eight), d, o);
-    }
-}
-
-#[target_feature(enable = "avx2")]
-fn q5_0(b: &[u8], out: &mut [f32]) {
-    let d = _mm256_set1_ps(half(b, 0));
-    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
-    let sixteen = _mm256_set1_epi32(16);
-    let lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    for (i, (q, o)) in nibbles32(&b[6..22])
-        .into_iter()
-        .zip(out[..32].chunks_exact_mut(8))
-        .enumerate()
-    {
-        // Bits 8i..8i + 8 of qh, one per lane, as 16 or 0.
-        let mask = match i {
-            0 => lanes,
-            1 => _mm256_slli_epi16::<8>(lanes),
-            2 => _mm256_setr_epi32(
-                1 << 16,
-                1 << 17,
-                1 << 18,
-                1 << 19,
-                1 << 20,
-                1 << 21,
-                1 << 22,
-                1 << 23,
-            ),
-            _ => _mm256_setr_epi32(
-                1 << 24,
-                1 << 25,
-                1 << 26,
-                1 << 27,
-                1 << 28,
-                1 << 29,
-                1 << 30,
-                i32::MIN,
-            ),
-        };
-        let set = _mm256_cmpeq_epi32(_mm256_and_si256(qh, mask), mask);
-        let fifth = _mm256_and_si256(set, sixteen);
-        store_scaled(_mm256_sub_epi32(_mm256_or_si256(q, fifth), sixteen), d, o);
-    }
-}
-
-#[target_feature(enable = "avx2")]
-fn q4_k(b: &[u8], out: &mut [f32]) {
-    let factors = k_group_factors(b);
-    let qs = &b[16..144];
-    for (g, group) in out[..256].chunks_exact_mut(32).enumerate() {
-        let (ds, dm) = factors[g];
-        let (ds, dm) = (_mm256_set1_ps(ds), _mm256_set1_ps(dm));
-        let q = nibbles(load32(&qs[32 * (g / 2)..]), 4 * (g as i32 % 2));
-        for (v, o) in widen_u8(q).into_iter().zip(group.chunks_exact_mut(8)) {
-            store_affine(v, ds, dm, o);
+    #[inline(always)]
+    unsafe fn group(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let (ds, dm) = (_mm256_set1_ps(f[g].0), _mm256_set1_ps(f[g].1));
+            let q = nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
+            affine4(widen_u8(q), ds, dm)
         }
     }
 }
 
-#[target_feature(enable = "avx2")]
-fn q5_k(b: &[u8], out: &mut [f32]) {
-    let factors = k_group_factors(b);
-    let (qh, qs) = (load32(&b[16..48]), &b[48..176]);
-    let one = _mm256_set1_epi8(1);
-    for (g, group) in out[..256].chunks_exact_mut(32).enumerate() {
-        let (ds, dm) = factors[g];
-        let (ds, dm) = (_mm256_set1_ps(ds), _mm256_set1_ps(dm));
-        let low = nibbles(load32(&qs[32 * (g / 2)..]), 4 * (g as i32 % 2));
-        let bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)), one);
-        let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit));
-        for (v, o) in widen_u8(q).into_iter().zip(group.chunks_exact_mut(8)) {
-            store_affine(v, ds, dm, o);
+impl Blocks for Q5K {
+    const BYTES: usize = 176;
+    const GROUPS: usize = 8;
+    type Shared = [(f32, f32); 8];
+    #[inline(always)]
+    fn prepare(b: &[u8]) -> [(f32, f32); 8] {
+        k_group_factors(b)
+    }
+    #[inline(always)]
+    unsafe fn group(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let (ds, dm) = (_mm256_set1_ps(f[g].0), _mm256_set1_ps(f[g].1));
+            let low = nibbles(load32(&b[48 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
+            let qh = load32(&b[16..48]);
+            let bit = _mm256_and_si256(
+                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)),
+                _mm256_set1_epi8(1),
+            );
+            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit));
+            affine4(widen_u8(q), ds, dm)
         }
     }
 }
 
-#[target_feature(enable = "avx2")]
-fn q6_k(b: &[u8], out: &mut [f32]) {
-    let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
-    let d = half(b, 208);
-    let three = _mm256_set1_epi8(3);
-    let offset = _mm256_set1_epi32(32);
-    for (c, chunk) in out[..256].chunks_exact_mut(32).enumerate() {
-        let (h, s) = (c / 4, c % 4);
-        let low = nibbles(load32(&ql[64 * h + 32 * (s % 2)..]), 4 * (s as i32 / 2));
-        let high = _mm256_and_si256(
-            _mm256_srl_epi16(load32(&qh[32 * h..]), _mm_cvtsi32_si128(2 * s as i32)),
-            three,
-        );
-        let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
-        for (i, (v, o)) in widen_u8(q)
-            .into_iter()
-            .zip(chunk.chunks_exact_mut(8))
-            .enumerate()
-        {
-            let ds = _mm256_set1_ps(d * f32::from(scales[2 * c + i / 2] as i8));
-            store_scaled(_mm256_sub_epi32(v, offset), ds, o);
+impl Blocks for Q6K {
+    const BYTES: usize = 210;
+    const GROUPS: usize = 8;
+    /// `d * scale` of each 16 elements.
+    type Shared = [f32; 16];
+    #[inline(always)]
+    fn prepare(b: &[u8]) -> [f32; 16] {
+        let d = half(b, 208);
+        std::array::from_fn(|i| d * f32::from(b[192 + i] as i8))
+    }
+    #[inline(always)]
+    unsafe fn group(b: &[u8], ds: &[f32; 16], c: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let (h, s) = (c / 4, c % 4);
+            let low = nibbles(load32(&b[64 * h + 32 * (s % 2)..]), 4 * (s as i32 / 2));
+            let high = _mm256_and_si256(
+                _mm256_srl_epi16(load32(&b[128 + 32 * h..]), _mm_cvtsi32_si128(2 * s as i32)),
+                _mm256_set1_epi8(3),
+            );
+            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+            let offset = _mm256_set1_epi32(32);
+            let v = widen_u8(q);
+            let (d0, d1) = (_mm256_set1_ps(ds[2 * c]), _mm256_set1_ps(ds[2 * c + 1]));
+            [
+                scaled(_mm256_sub_epi32(v[0], offset), d0),
+                scaled(_mm256_sub_epi32(v[1], offset), d0),
+                scaled(_mm256_sub_epi32(v[2], offset), d1),
+                scaled(_mm256_sub_epi32(v[3], offset), d1),
+            ]
         }
     }
+}
+
+/// Bytes `b[..32]` as one vector.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load32(b: &[u8]) -> __m256i {
+    let b = &b[..32];
+    // SAFETY: `b` holds exactly 32 bytes (one unaligned load).
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast::<__m256i>()) }
+}
+
+/// Bytes `b[..16]` as one vector.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load16(b: &[u8]) -> __m128i {
+    let b = &b[..16];
+    // SAFETY: `b` holds exactly 16 bytes (one unaligned load).
+    unsafe { _mm_loadu_si128(b.as_ptr().cast::<__m128i>()) }
 }

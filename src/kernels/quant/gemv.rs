@@ -1,0 +1,243 @@
+//! One x row against rows of blocks on AVX2, decoded straight into registers: the block-format
+//! twin of `linear/gemv.rs`. Decode at batch 1 reads every weight once per token; through a
+//! tile buffer each value would be stored and loaded again, and the decode, not memory, would
+//! set the pace.
+//!
+//! Per output the same fused multiply-adds in the same order as every `linear` path: inner
+//! element `e` goes to lane `e % 16`, in ascending order, and the lanes are summed as
+//! `simd::reduce_lanes`' tree. A group of 32 decoded values is four vectors of eight
+//! consecutive elements, so vectors alternate between the accumulator of lanes 0-7 and that of
+//! lanes 8-15 (rows are whole blocks, so a row always starts on lane 0).
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::{
+    __m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+};
+use std::ops::Range;
+
+use super::avx2::{Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use crate::kernels::simd::{self, LANES};
+use crate::kernels::tensor::DType;
+
+/// Weight rows whose accumulators stay in registers together (8 of the 16 ymm registers).
+const ROWS: usize = 4;
+
+/// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
+/// for a float dtype. Callers outside this module's features call it only after detecting AVX2,
+/// FMA and F16C.
+///
+/// Panics if `out` is not `cols.len()` long, `x` is shorter than `k`, `k` is not whole blocks,
+/// or `bytes` does not hold the rows `cols`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn gemv_blocks_avx2(
+    dtype: DType,
+    x: &[f32],
+    bytes: &[u8],
+    k: usize,
+    cols: Range<usize>,
+    out: &mut [f32],
+) -> bool {
+    match dtype {
+        DType::Q8_0 => rows::<Q8_0>(x, bytes, k, cols, out),
+        DType::Q4_0 => rows::<Q4_0>(x, bytes, k, cols, out),
+        DType::Q5_0 => rows::<Q5_0>(x, bytes, k, cols, out),
+        DType::Q4_K => rows::<Q4K>(x, bytes, k, cols, out),
+        DType::Q5_K => rows::<Q5K>(x, bytes, k, cols, out),
+        DType::Q6_K => rows::<Q6K>(x, bytes, k, cols, out),
+        DType::F32 | DType::BF16 | DType::F16 => return false,
+    }
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &mut [f32]) {
+    let elems = 32 * B::GROUPS;
+    assert_eq!(out.len(), cols.len(), "gemv output length");
+    assert!(k.is_multiple_of(elems), "gemv rows must be whole blocks");
+    let x = &x[..k];
+    let row_bytes = k / elems * B::BYTES;
+    let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
+    let mut chunks = out.chunks_exact_mut(ROWS);
+    let mut at = 0;
+    for o in &mut chunks {
+        let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
+        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w)) {
+            *o = simd::reduce_lanes(&lanes);
+        }
+        at += ROWS;
+    }
+    for o in chunks.into_remainder() {
+        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]]);
+        *o = simd::reduce_lanes(&lanes[0]);
+        at += 1;
+    }
+}
+
+/// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`.
+#[inline(always)]
+fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R] {
+    let elems = 32 * B::GROUPS;
+    let blocks = x.len() / elems;
+    for row in &w {
+        assert_eq!(row.len(), blocks * B::BYTES, "gemv weight row length");
+    }
+    // Every unsafe block below relies on the asserts above (each row is `blocks` whole blocks,
+    // `x` is `blocks * elems` f32s) and on the only callers being `target_feature` functions
+    // requiring AVX2, FMA and F16C, into which this is inlined.
+    // SAFETY: a register intrinsic of AVX; it touches no memory.
+    let mut acc: [[__m256; 2]; R] = [[unsafe { _mm256_setzero_ps() }; 2]; R];
+    for b in 0..blocks {
+        let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
+        let shared: [B::Shared; R] = std::array::from_fn(|r| B::prepare(blk[r]));
+        // (`prepare` is scalar code: a closure around it loses nothing.)
+        for g in 0..B::GROUPS {
+            let at = b * elems + 32 * g;
+            // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
+            // (Written out: a closure would not inherit the target features.)
+            let xv: [__m256; 4] = unsafe {
+                let p = x.as_ptr().add(at);
+                [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ]
+            };
+            for r in 0..R {
+                // SAFETY: `blk[r]` is one whole block (asserted lengths above).
+                let v = unsafe { B::group(blk[r], &shared[r], g) };
+                for i in 0..4 {
+                    // SAFETY: register intrinsics.
+                    acc[r][i % 2] = unsafe { _mm256_fmadd_ps(xv[i], v[i], acc[r][i % 2]) };
+                }
+            }
+        }
+    }
+    let mut lanes = [[0.0f32; LANES]; R];
+    for (l, a) in lanes.iter_mut().zip(&acc) {
+        // SAFETY: `l` holds 16 f32s: two unaligned 8-wide stores.
+        unsafe {
+            _mm256_storeu_ps(l.as_mut_ptr(), a[0]);
+            _mm256_storeu_ps(l.as_mut_ptr().add(8), a[1]);
+        }
+    }
+    lanes
+}
+
+/// x rows one weight row's decoded groups are multiplied into at a time: 4 × 2 accumulators,
+/// four decoded vectors and one x vector in the 16 ymm registers.
+const X_ROWS: usize = 4;
+
+/// Whether `m` x rows against `dtype` go through [`gemm_blocks_avx2`] rather than the tile-buffer
+/// kernel (below the panel kernel's rows). It re-decodes each block per 4 x rows: cheap for the
+/// 32-element formats, and for the K formats no dearer than the tile buffer up to 8 rows
+/// (one AVX2 EPYC, 2 threads, `kernel_bench` 1024 × 2048: Q8_0 51 -> 103 GFLOP/s and Q5_0 48 ->
+/// 69 at 8 rows, Q4_K 65 either way at 8 and 80 -> 65 at 16).
+pub(crate) fn takes_registers(dtype: DType, m: usize) -> bool {
+    match dtype {
+        DType::Q4_K | DType::Q5_K | DType::Q6_K => m <= 8,
+        _ => true,
+    }
+}
+
+/// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows and a block-format
+/// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows; false
+/// (nothing written) for a float dtype. The order per output is [`gemv_blocks_avx2`]'s. Callers
+/// outside this module's features call it only after detecting AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn gemm_blocks_avx2(
+    dtype: DType,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    bytes: &[u8],
+    out: &mut crate::kernels::parallel::ColumnsMut<'_>,
+) -> bool {
+    match dtype {
+        DType::Q8_0 => multi::<Q8_0>(x, m, k, bytes, out),
+        DType::Q4_0 => multi::<Q4_0>(x, m, k, bytes, out),
+        DType::Q5_0 => multi::<Q5_0>(x, m, k, bytes, out),
+        DType::Q4_K => multi::<Q4K>(x, m, k, bytes, out),
+        DType::Q5_K => multi::<Q5K>(x, m, k, bytes, out),
+        DType::Q6_K => multi::<Q6K>(x, m, k, bytes, out),
+        DType::F32 | DType::BF16 | DType::F16 => return false,
+    }
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn multi<B: Blocks>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    bytes: &[u8],
+    out: &mut crate::kernels::parallel::ColumnsMut<'_>,
+) {
+    let elems = 32 * B::GROUPS;
+    assert!(k.is_multiple_of(elems), "gemm rows must be whole blocks");
+    let x = &x[..m * k];
+    let row_bytes = k / elems * B::BYTES;
+    let cols = out.cols();
+    let mut sums = [[0.0f32; LANES]; X_ROWS];
+    for j in cols.clone() {
+        let w = &bytes[j * row_bytes..][..row_bytes];
+        let mut i0 = 0;
+        while i0 < m {
+            let rows = X_ROWS.min(m - i0);
+            let xs = &x[i0 * k..(i0 + rows) * k];
+            match rows {
+                4 => sums = dots_x::<B, 4>(xs, k, w),
+                3 => sums[..3].copy_from_slice(&dots_x::<B, 3>(xs, k, w)),
+                2 => sums[..2].copy_from_slice(&dots_x::<B, 2>(xs, k, w)),
+                _ => sums[..1].copy_from_slice(&dots_x::<B, 1>(xs, k, w)),
+            }
+            for (r, lanes) in sums[..rows].iter().enumerate() {
+                out.row(i0 + r)[j - cols.start] = simd::reduce_lanes(lanes);
+            }
+            i0 += rows;
+        }
+    }
+}
+
+/// The 16 lane sums of `x_r · w` for `R` x rows (`xs`, `[R, k]`) and one weight row `w` of
+/// whole blocks.
+#[inline(always)]
+fn dots_x<B: Blocks, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; LANES]; R] {
+    let elems = 32 * B::GROUPS;
+    let blocks = k / elems;
+    assert!(
+        xs.len() >= R * k && w.len() == blocks * B::BYTES,
+        "gemm operand lengths"
+    );
+    // As in `dots`: the assert bounds every read, and the callers enable AVX2, FMA and F16C.
+    // SAFETY: a register intrinsic of AVX; it touches no memory.
+    let mut acc: [[__m256; 2]; R] = [[unsafe { _mm256_setzero_ps() }; 2]; R];
+    for b in 0..blocks {
+        let blk = &w[b * B::BYTES..][..B::BYTES];
+        let shared = B::prepare(blk);
+        for g in 0..B::GROUPS {
+            // SAFETY: `blk` is one whole block.
+            let v = unsafe { B::group(blk, &shared, g) };
+            let at = b * elems + 32 * g;
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: reads `xs[r * k + at..][..32]`, inside row `r` (`at + 32 <= k`).
+                unsafe {
+                    let p = xs.as_ptr().add(r * k + at);
+                    a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p), v[0], a[0]);
+                    a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), v[1], a[1]);
+                    a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(16)), v[2], a[0]);
+                    a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(24)), v[3], a[1]);
+                }
+            }
+        }
+    }
+    let mut lanes = [[0.0f32; LANES]; R];
+    for (l, a) in lanes.iter_mut().zip(&acc) {
+        // SAFETY: `l` holds 16 f32s: two unaligned 8-wide stores.
+        unsafe {
+            _mm256_storeu_ps(l.as_mut_ptr(), a[0]);
+            _mm256_storeu_ps(l.as_mut_ptr().add(8), a[1]);
+        }
+    }
+    lanes
+}
