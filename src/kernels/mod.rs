@@ -5,6 +5,7 @@
 //! docs/kernels.md summarises shapes and numerics.
 
 pub mod attention;
+pub mod dtype;
 pub mod elementwise;
 pub mod embed;
 pub mod error;

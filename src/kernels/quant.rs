@@ -23,8 +23,8 @@
 //!   16 elements), `d` last; `x = (d * sc) * (q - 32)`.
 #![allow(unsafe_code)]
 
+use super::dtype::DType;
 use super::simd::{f16_to_f32, Cpu, Isa};
-use super::tensor::DType;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -14,7 +14,7 @@ use std::arch::x86_64::{
 };
 
 use super::{decode_block, half, k_group_factors, MAX_BLOCK};
-use crate::kernels::tensor::DType;
+use crate::kernels::dtype::DType;
 
 /// [`super::read`] with the block formats decoded eight values at a time. Callers outside this
 /// module's features call it only after detecting AVX2, FMA and F16C.

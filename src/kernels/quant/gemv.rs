@@ -16,8 +16,8 @@ use std::arch::x86_64::{
 use std::ops::Range;
 
 use super::avx2::{Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
-use crate::kernels::tensor::DType;
 
 /// Weight rows whose accumulators stay in registers together (8 of the 16 ymm registers).
 const ROWS: usize = 4;
