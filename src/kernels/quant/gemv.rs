@@ -88,8 +88,8 @@ fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R
     let mut acc: [[__m256; 2]; R] = [[unsafe { _mm256_setzero_ps() }; 2]; R];
     for b in 0..blocks {
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
-        let shared: [B::Shared; R] = std::array::from_fn(|r| B::prepare(blk[r]));
-        // (`prepare` is scalar code: a closure around it loses nothing.)
+        // SAFETY: each `blk[r]` is one whole block; the callers enable AVX2, FMA and F16C.
+        let shared: [B::Shared; R] = std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) });
         for g in 0..B::GROUPS {
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
