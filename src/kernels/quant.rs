@@ -56,6 +56,20 @@ pub(crate) fn read_on(cpu: Cpu, dtype: DType, bytes: &[u8], start: usize, out: &
 ///
 /// Panics if `bytes` does not hold the blocks of that range.
 pub(crate) fn read(dtype: DType, bytes: &[u8], start: usize, out: &mut [f32]) {
+    for_blocks(dtype, bytes, start, out, |b, o| decode_block(dtype, b, o));
+}
+
+/// `decode(block bytes, that block's values)` for every block the elements
+/// `start..start + out.len()` touch, in order; blocks cut by either end are decoded whole and
+/// the wanted part copied.
+#[inline(always)]
+pub(crate) fn for_blocks(
+    dtype: DType,
+    bytes: &[u8],
+    start: usize,
+    out: &mut [f32],
+    mut decode: impl FnMut(&[u8], &mut [f32]),
+) {
     let (per, size) = (dtype.block_elems(), dtype.block_bytes());
     let mut whole = [0.0f32; MAX_BLOCK];
     let (mut at, mut done) = (start, 0);
@@ -64,9 +78,9 @@ pub(crate) fn read(dtype: DType, bytes: &[u8], start: usize, out: &mut [f32]) {
         let take = (per - within).min(out.len() - done);
         let src = &bytes[block * size..(block + 1) * size];
         if take == per {
-            decode_block(dtype, src, &mut out[done..done + per]);
+            decode(src, &mut out[done..done + per]);
         } else {
-            decode_block(dtype, src, &mut whole[..per]);
+            decode(src, &mut whole[..per]);
             out[done..done + take].copy_from_slice(&whole[within..within + take]);
         }
         at += take;
@@ -142,24 +156,17 @@ pub(crate) fn k_group_factors(b: &[u8]) -> [(f32, f32); 8] {
 }
 
 fn q4_k(b: &[u8], out: &mut [f32]) {
-    let factors = k_group_factors(b);
-    let qs = &b[16..144];
-    for (g, (&(ds, dm), group)) in factors
-        .iter()
-        .zip(out[..256].chunks_exact_mut(32))
-        .enumerate()
-    {
-        let bytes = &qs[32 * (g / 2)..][..32];
-        let shift = 4 * (g % 2);
-        for (o, &q) in group.iter_mut().zip(bytes) {
-            *o = ds * f32::from((q >> shift) & 0x0f) - dm;
-        }
-    }
+    k_affine(b, None, &b[16..144], out);
 }
 
 fn q5_k(b: &[u8], out: &mut [f32]) {
+    k_affine(b, Some(&b[16..48]), &b[48..176], out);
+}
+
+/// Q4_K (no fifth bits) or Q5_K: group `g` of 32 is `(d * sc[g]) * q - (dmin * m[g])`, `q` the
+/// nibbles of bytes `32 (g / 2)..` of `qs` (low for even `g`) and bit `g` of `qh[e % 32]` as 16.
+fn k_affine(b: &[u8], qh: Option<&[u8]>, qs: &[u8], out: &mut [f32]) {
     let factors = k_group_factors(b);
-    let (qh, qs) = (&b[16..48], &b[48..176]);
     for (g, (&(ds, dm), group)) in factors
         .iter()
         .zip(out[..256].chunks_exact_mut(32))
@@ -167,9 +174,9 @@ fn q5_k(b: &[u8], out: &mut [f32]) {
     {
         let bytes = &qs[32 * (g / 2)..][..32];
         let shift = 4 * (g % 2);
-        for ((o, &q), &h) in group.iter_mut().zip(bytes).zip(qh) {
-            let q = ((q >> shift) & 0x0f) | (((h >> g) & 1) << 4);
-            *o = ds * f32::from(q) - dm;
+        for (i, (o, &q)) in group.iter_mut().zip(bytes).enumerate() {
+            let fifth = qh.map_or(0, |qh| ((qh[i] >> g) & 1) << 4);
+            *o = ds * f32::from(((q >> shift) & 0x0f) | fifth) - dm;
         }
     }
 }

@@ -20,12 +20,29 @@ use crate::common::repo::root;
 
 const REAL_270M: &str = "gemma-3-270m-q4_k_m.gguf";
 
-fn blocks() -> (Vec<u8>, Vec<u8>) {
+/// Every tensor of tests/fixtures/gguf/blocks.gguf as a weight over the file's bytes, with the
+/// f32 values gguf-py's `dequantize` gives for it.
+fn blocks() -> Vec<(String, Weight, Vec<f32>)> {
     let dir = root().join("tests/fixtures/gguf");
-    (
-        std::fs::read(dir.join("blocks.gguf")).unwrap(),
-        std::fs::read(dir.join("blocks_expected.safetensors")).unwrap(),
-    )
+    let file = std::fs::read(dir.join("blocks.gguf")).unwrap();
+    let expected = std::fs::read(dir.join("blocks_expected.safetensors")).unwrap();
+    let gguf = Gguf::parse(&dir.join("blocks.gguf"), &file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&expected).unwrap();
+    let bytes: Arc<Vec<u8>> = Arc::new(file.clone());
+    gguf.tensors
+        .iter()
+        .map(|t| {
+            let w = Weight::new(t.dtype, t.shape(), bytes.clone(), t.bytes.clone()).unwrap();
+            let want: Vec<f32> = st
+                .tensor(&t.name)
+                .unwrap()
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (t.name.clone(), w, want)
+        })
+        .collect()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -34,24 +51,12 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 #[test]
 fn every_block_type_decodes_to_the_values_gguf_py_gives() {
-    let (file, expected) = blocks();
-    let gguf = Gguf::parse(&root().join("tests/fixtures/gguf/blocks.gguf"), &file).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&expected).unwrap();
-    let bytes: Arc<Vec<u8>> = Arc::new(file.clone());
     let mut seen = Vec::new();
-    for t in &gguf.tensors {
-        let w = Weight::new(t.dtype, t.shape(), bytes.clone(), t.bytes.clone()).unwrap();
+    for (name, w, want) in blocks() {
         let mut got = vec![0.0f32; w.numel()];
         w.read_f32(0, &mut got);
-        let want: Vec<f32> = st
-            .tensor(&t.name)
-            .unwrap()
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        assert_eq!(bits(&got), bits(&want), "{} ({})", t.name, t.dtype);
-        seen.push(t.dtype);
+        assert_eq!(bits(&got), bits(&want), "{name} ({})", w.dtype());
+        seen.push(w.dtype());
     }
     seen.sort_by_key(|d| d.name());
     let mut all = DType::ALL.to_vec();
@@ -61,21 +66,9 @@ fn every_block_type_decodes_to_the_values_gguf_py_gives() {
 
 #[test]
 fn linear_over_blocks_is_the_f32_math_on_gguf_py_values_on_every_path() {
-    let (file, expected) = blocks();
-    let gguf = Gguf::parse(&root().join("tests/fixtures/gguf/blocks.gguf"), &file).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&expected).unwrap();
-    let bytes: Arc<Vec<u8>> = Arc::new(file.clone());
-    for t in &gguf.tensors {
-        let w = Weight::new(t.dtype, t.shape(), bytes.clone(), t.bytes.clone()).unwrap();
-        let dense: Vec<f32> = st
-            .tensor(&t.name)
-            .unwrap()
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let dense = Tensor::new(t.shape(), dense).unwrap();
-        let k = t.shape()[1];
+    for (name, w, dense) in blocks() {
+        let dense = Tensor::new(w.shape().to_vec(), dense).unwrap();
+        let k = w.shape()[1];
         for m in [1, 5, 24] {
             let x: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
@@ -84,12 +77,7 @@ fn linear_over_blocks_is_the_f32_math_on_gguf_py_values_on_every_path() {
             let want = linear_t(&x, &dense).unwrap();
             for isa in kernels::simd::available() {
                 let got = linear_on(isa, &x, &w).unwrap();
-                assert_eq!(
-                    bits(got.data()),
-                    bits(want.data()),
-                    "{} m={m} {isa:?}",
-                    t.name
-                );
+                assert_eq!(bits(got.data()), bits(want.data()), "{name} m={m} {isa:?}");
             }
         }
     }

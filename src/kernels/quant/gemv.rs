@@ -93,7 +93,7 @@ fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R
         for g in 0..B::GROUPS {
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
-            // (Written out: a closure would not inherit the target features.)
+            // (Written out: inside `array::from_fn` a load would be a call, see `avx2.rs`.)
             let xv: [__m256; 4] = unsafe {
                 let p = x.as_ptr().add(at);
                 [

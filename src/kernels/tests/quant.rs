@@ -7,14 +7,10 @@ use std::sync::Arc;
 use super::super::{linear_argmax, linear_on, linear_t, simd, with_threads, DType, Tensor, Weight};
 use super::{bits, tensor, Rng};
 
-const QUANTIZED: [DType; 6] = [
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q5_0,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-];
+/// The block formats.
+fn quantized_dtypes() -> impl Iterator<Item = DType> {
+    DType::ALL.into_iter().filter(|d| d.is_quantized())
+}
 
 /// Random blocks with every f16 scale set to a finite value of the kind real files hold (and
 /// now and then a negative, zero or subnormal one).
@@ -63,7 +59,7 @@ fn avx2_decoders_give_the_scalar_decoders_bits() {
         return;
     }
     let mut rng = Rng::new(18);
-    for dtype in QUANTIZED {
+    for dtype in quantized_dtypes() {
         let bytes = blocks(dtype, 64, &mut rng);
         let n = 64 * dtype.block_elems();
         let mut scalar = vec![0.0f32; n];
@@ -84,7 +80,7 @@ fn avx2_decoders_give_the_scalar_decoders_bits() {
 #[test]
 fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     let mut rng = Rng::new(19);
-    for dtype in QUANTIZED {
+    for dtype in quantized_dtypes() {
         let (n, k) = (40, 2 * 256);
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
