@@ -241,10 +241,7 @@ fn real_model(path: PathBuf) -> Result<DemoModel, CliError> {
         digest.short()
     ))?;
     if !tokenizer {
-        print(
-            "              note: the Gemma 3 tokenizer is not cached (scripts/fetch_tokenizer.sh \
-             fetches it), so prompts are token ids and outputs are tokens only\n",
-        )?;
+        note_no_tokenizer()?;
     }
     Ok(DemoModel {
         digest,
@@ -253,6 +250,14 @@ fn real_model(path: PathBuf) -> Result<DemoModel, CliError> {
         new_tokens: 32,
         real: true,
     })
+}
+
+/// Step 3's line when prompts must be token ids.
+fn note_no_tokenizer() -> CliResult {
+    print(
+        "              note: the Gemma 3 tokenizer is not cached (scripts/fetch_tokenizer.sh \
+         fetches it), so prompts are token ids and outputs are tokens only\n",
+    )
 }
 
 /// 3. A random-weight model, with the real tokenizer when it is cached.
@@ -283,10 +288,7 @@ fn make_model(dir: &Path) -> Result<DemoModel, CliError> {
         digest.short()
     ))?;
     if tokenizer.is_none() {
-        print(
-            "              note: the Gemma 3 tokenizer is not cached (scripts/fetch_tokenizer.sh \
-             fetches it), so prompts are token ids and outputs are tokens only\n",
-        )?;
+        note_no_tokenizer()?;
     }
     Ok(DemoModel {
         digest,

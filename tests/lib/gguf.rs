@@ -17,6 +17,7 @@ use runner::restrict::policy::Policy;
 use serde_json::Value as Json;
 
 use crate::common::repo::root;
+use crate::parity::ids;
 
 const REAL_270M: &str = "gemma-3-270m-q4_k_m.gguf";
 
@@ -97,14 +98,6 @@ fn real_270m() -> Option<PathBuf> {
         path.display()
     );
     None
-}
-
-fn ids(v: &Json) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 /// Tokens to compare: those before the reference's first near-tie (top-2 margin < 0.01), where

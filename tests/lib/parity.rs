@@ -39,7 +39,7 @@ fn expected(dir: &Path) -> Json {
     serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap()
 }
 
-fn ids(v: &Json) -> Vec<u32> {
+pub(crate) fn ids(v: &Json) -> Vec<u32> {
     v.as_array()
         .unwrap()
         .iter()

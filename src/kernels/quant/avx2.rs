@@ -31,15 +31,7 @@ pub(crate) fn read_avx2(dtype: DType, bytes: &[u8], start: usize, out: &mut [f32
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn block_avx2(dtype: DType, b: &[u8], out: &mut [f32]) {
-    match dtype {
-        DType::Q8_0 => store_block::<Q8_0>(b, out),
-        DType::Q4_0 => store_block::<Q4_0>(b, out),
-        DType::Q5_0 => store_block::<Q5_0>(b, out),
-        DType::Q4_K => store_block::<Q4K>(b, out),
-        DType::Q5_K => store_block::<Q5K>(b, out),
-        DType::Q6_K => store_block::<Q6K>(b, out),
-        floats => decode_block(floats, b, out),
-    }
+    by_format!(dtype, B => store_block::<B>(b, out), floats => decode_block(floats, b, out))
 }
 
 /// One block format's AVX2 decoder: a block is [`Blocks::GROUPS`] groups of 32 elements, each
@@ -121,6 +113,57 @@ fn affine4(q: [__m256i; 4], ds: __m256, dm: __m256) -> [__m256; 4] {
     ]
 }
 
+/// `$body` with `$B` the [`Blocks`] type of block format `$dtype`, or `$floats` (bound to the
+/// dtype) for a float format: the one place a dtype picks its decoder.
+macro_rules! by_format {
+    ($dtype:expr, $B:ident => $body:expr, $f:ident => $floats:expr) => {
+        match $dtype {
+            DType::Q8_0 => {
+                type $B = $crate::kernels::quant::avx2::Q8_0;
+                $body
+            }
+            DType::Q4_0 => {
+                type $B = $crate::kernels::quant::avx2::Q4_0;
+                $body
+            }
+            DType::Q5_0 => {
+                type $B = $crate::kernels::quant::avx2::Q5_0;
+                $body
+            }
+            DType::Q4_K => {
+                type $B = $crate::kernels::quant::avx2::Q4K;
+                $body
+            }
+            DType::Q5_K => {
+                type $B = $crate::kernels::quant::avx2::Q5K;
+                $body
+            }
+            DType::Q6_K => {
+                type $B = $crate::kernels::quant::avx2::Q6K;
+                $body
+            }
+            $f @ (DType::F32 | DType::BF16 | DType::F16) => $floats,
+        }
+    };
+}
+pub(crate) use by_format;
+
+/// `prepare` and `prepare_f16c` of a format whose blocks share one f16 scale, at byte 0.
+macro_rules! one_f16_scale {
+    () => {
+        type Shared = f32;
+        #[inline(always)]
+        fn prepare(b: &[u8]) -> f32 {
+            half(b, 0)
+        }
+        #[inline(always)]
+        unsafe fn prepare_f16c(b: &[u8]) -> f32 {
+            // SAFETY: the caller guarantees F16C.
+            unsafe { half_f16c(b) }
+        }
+    };
+}
+
 pub(crate) struct Q8_0;
 pub(crate) struct Q4_0;
 pub(crate) struct Q5_0;
@@ -131,16 +174,7 @@ pub(crate) struct Q6K;
 impl Blocks for Q8_0 {
     const BYTES: usize = 34;
     const GROUPS: usize = 1;
-    type Shared = f32;
-    #[inline(always)]
-    fn prepare(b: &[u8]) -> f32 {
-        half(b, 0)
-    }
-    #[inline(always)]
-    unsafe fn prepare_f16c(b: &[u8]) -> f32 {
-        // SAFETY: the caller guarantees F16C.
-        unsafe { half_f16c(b) }
-    }
+    one_f16_scale!();
     #[inline(always)]
     unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
         let q = &b[2..34];
@@ -182,16 +216,7 @@ fn nibbles32(qs: &[u8]) -> [__m256i; 4] {
 impl Blocks for Q4_0 {
     const BYTES: usize = 18;
     const GROUPS: usize = 1;
-    type Shared = f32;
-    #[inline(always)]
-    fn prepare(b: &[u8]) -> f32 {
-        half(b, 0)
-    }
-    #[inline(always)]
-    unsafe fn prepare_f16c(b: &[u8]) -> f32 {
-        // SAFETY: the caller guarantees F16C.
-        unsafe { half_f16c(b) }
-    }
+    one_f16_scale!();
     #[inline(always)]
     unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
@@ -211,16 +236,7 @@ impl Blocks for Q4_0 {
 impl Blocks for Q5_0 {
     const BYTES: usize = 22;
     const GROUPS: usize = 1;
-    type Shared = f32;
-    #[inline(always)]
-    fn prepare(b: &[u8]) -> f32 {
-        half(b, 0)
-    }
-    #[inline(always)]
-    unsafe fn prepare_f16c(b: &[u8]) -> f32 {
-        // SAFETY: the caller guarantees F16C.
-        unsafe { half_f16c(b) }
-    }
+    one_f16_scale!();
     #[inline(always)]
     unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.

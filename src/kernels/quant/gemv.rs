@@ -15,7 +15,7 @@ use std::arch::x86_64::{
 };
 use std::ops::Range;
 
-use super::avx2::{Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use super::avx2::{by_format, Blocks};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
 
@@ -37,15 +37,7 @@ pub(crate) fn gemv_blocks_avx2(
     cols: Range<usize>,
     out: &mut [f32],
 ) -> bool {
-    match dtype {
-        DType::Q8_0 => rows::<Q8_0>(x, bytes, k, cols, out),
-        DType::Q4_0 => rows::<Q4_0>(x, bytes, k, cols, out),
-        DType::Q5_0 => rows::<Q5_0>(x, bytes, k, cols, out),
-        DType::Q4_K => rows::<Q4K>(x, bytes, k, cols, out),
-        DType::Q5_K => rows::<Q5K>(x, bytes, k, cols, out),
-        DType::Q6_K => rows::<Q6K>(x, bytes, k, cols, out),
-        DType::F32 | DType::BF16 | DType::F16 => return false,
-    }
+    by_format!(dtype, B => rows::<B>(x, bytes, k, cols, out), _floats => return false);
     true
 }
 
@@ -153,15 +145,7 @@ pub(crate) fn gemm_blocks_avx2(
     bytes: &[u8],
     out: &mut crate::kernels::parallel::ColumnsMut<'_>,
 ) -> bool {
-    match dtype {
-        DType::Q8_0 => multi::<Q8_0>(x, m, k, bytes, out),
-        DType::Q4_0 => multi::<Q4_0>(x, m, k, bytes, out),
-        DType::Q5_0 => multi::<Q5_0>(x, m, k, bytes, out),
-        DType::Q4_K => multi::<Q4K>(x, m, k, bytes, out),
-        DType::Q5_K => multi::<Q5K>(x, m, k, bytes, out),
-        DType::Q6_K => multi::<Q6K>(x, m, k, bytes, out),
-        DType::F32 | DType::BF16 | DType::F16 => return false,
-    }
+    by_format!(dtype, B => multi::<B>(x, m, k, bytes, out), _floats => return false);
     true
 }
 

@@ -257,6 +257,19 @@ mod tests {
         w
     }
 
+    /// The 270M's required keys only, with `kv_heads` key/value heads.
+    fn required_keys(kv_heads: u32) -> Writer {
+        let mut w = Writer::new();
+        w.str("general.architecture", "gemma3")
+            .u32("gemma3.embedding_length", 640)
+            .u32("gemma3.block_count", 18)
+            .u32("gemma3.feed_forward_length", 2048)
+            .u32("gemma3.attention.head_count", 4)
+            .u32("gemma3.attention.head_count_kv", kv_heads)
+            .u32("gemma3.attention.key_length", 256);
+        w
+    }
+
     fn read(w: &Writer) -> Result<ModelConfig, ModelConfigError> {
         let bytes = w.bytes();
         let g = Gguf::parse(Path::new("m.gguf"), &bytes).unwrap();
@@ -310,14 +323,7 @@ mod tests {
             "{e}"
         );
 
-        let mut w = Writer::new();
-        w.str("general.architecture", "gemma3")
-            .u32("gemma3.embedding_length", 640)
-            .u32("gemma3.block_count", 18)
-            .u32("gemma3.feed_forward_length", 2048)
-            .u32("gemma3.attention.head_count", 4)
-            .u32("gemma3.attention.head_count_kv", 3)
-            .u32("gemma3.attention.key_length", 256);
+        let w = required_keys(3);
         let e = read(&w).unwrap_err().to_string();
         assert!(
             e.contains("`gemma3.attention.head_count_kv`") && e.contains("does not divide"),
@@ -332,15 +338,8 @@ mod tests {
             "{e}"
         );
 
-        let mut w = Writer::new();
-        w.str("general.architecture", "gemma3")
-            .u32("gemma3.embedding_length", 640)
-            .u32("gemma3.block_count", 18)
-            .u32("gemma3.feed_forward_length", 2048)
-            .u32("gemma3.attention.head_count", 4)
-            .u32("gemma3.attention.head_count_kv", 1)
-            .u32("gemma3.attention.key_length", 256)
-            .str("gemma3.rope.scaling.type", "yarn");
+        let mut w = required_keys(1);
+        w.str("gemma3.rope.scaling.type", "yarn");
         let e = read(&w).unwrap_err().to_string();
         assert!(
             e.contains("gemma3.rope.scaling") && e.contains("yarn"),

@@ -29,11 +29,10 @@ pub(crate) fn load(mut source: CheckpointFiles, name: &str) -> Result<Checkpoint
     let open: Arc<OpenFile> = source.open(name)?;
     let path = open.path.clone();
     let map = map_file(&open)?;
-    let gguf = Gguf::parse(&path, map.bytes())?;
-    let mut tensors: BTreeMap<String, TensorInfo> = gguf
-        .tensors
-        .iter()
-        .map(|t| (t.name.clone(), t.clone()))
+    let mut gguf = Gguf::parse(&path, map.bytes())?;
+    let mut tensors: BTreeMap<String, TensorInfo> = std::mem::take(&mut gguf.tensors)
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
         .collect();
     let embed_info = tensors.get(EMBED).ok_or_else(|| WeightsError::Missing {
         dir: path.clone(),
@@ -84,7 +83,7 @@ pub(crate) fn load(mut source: CheckpointFiles, name: &str) -> Result<Checkpoint
             name: name.clone(),
         });
     }
-    let vocabulary = tokens(&path, &gguf)?;
+    let vocabulary = tokens(&path, gguf)?;
     Ok(Checkpoint::assemble(
         config, embed, layers, norm, lm_head, vocabulary, source,
     ))
@@ -144,9 +143,10 @@ impl Tensors<'_> {
     }
 }
 
-/// The file's vocabulary, `tokenizer.ggml.tokens`, when it has one.
-fn tokens(path: &Path, gguf: &Gguf) -> Result<Option<Vec<String>>, WeightsError> {
-    let Some(value) = gguf.get("tokenizer.ggml.tokens") else {
+/// The file's vocabulary, `tokenizer.ggml.tokens`, when it has one, moved out of the parsed
+/// metadata (262144 strings for Gemma: not copied).
+fn tokens(path: &Path, mut gguf: Gguf) -> Result<Option<Vec<String>>, WeightsError> {
+    let Some(value) = gguf.metadata.remove("tokenizer.ggml.tokens") else {
         return Ok(None);
     };
     let bad = || WeightsError::Corrupt {
@@ -157,8 +157,11 @@ fn tokens(path: &Path, gguf: &Gguf) -> Result<Option<Vec<String>>, WeightsError>
         return Err(bad());
     };
     items
-        .iter()
-        .map(|t| t.as_str().map(str::to_owned).ok_or_else(bad))
+        .into_iter()
+        .map(|t| match t {
+            MetaValue::Str(s) => Ok(s),
+            _ => Err(bad()),
+        })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
