@@ -11,6 +11,8 @@
 //! - [`memory`]: the binary's allocator and read-only file mappings.
 //! - [`kernels`]: the tensor operations the engine language calls.
 //! - [`sealing`]: inputs and outputs encrypted in the age format.
+//! - [`attestation`]: hardware reports (TDX, SEV-SNP) through configfs-tsm that bind the
+//!   runner's keys, the evidence document, and its verification.
 //! - [`restrict`]: the engine language and its policy: the verifier (private regions checked
 //!   against a policy), the owner's redacted view, the compiler and the interpreter.
 //! - [`model`]: checkpoints (config, memory-mapped weights, digest), tokenizer, synthetic models.
@@ -24,6 +26,7 @@
 //! `unsafe` code lives only in [`memory`] and in the kernel files that need it (SIMD, the thread
 //! pool); each of those files allows it for itself, and every block carries a `SAFETY` comment.
 
+pub mod attestation;
 pub mod bench;
 pub mod cli;
 pub mod error;

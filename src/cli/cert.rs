@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use time::OffsetDateTime;
 
 use super::{print, CliResult};
+use crate::attestation::{Hardware, Requirement};
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::model_digest;
 use crate::primitives::atomic_file::{write_atomic, Overwrite, WriteError};
@@ -70,9 +71,31 @@ pub struct ApproveArgs {
     /// One line of text for the other owners.
     #[arg(long, value_name = "TEXT")]
     note: Option<String>,
+    /// Run only on this hardware (`tdx` or `sev-snp`): exec then asks the hardware for a report
+    /// through configfs-tsm, refuses to run unless it matches every --measurement, and puts the
+    /// evidence in the receipt (docs/attestation.md).
+    #[arg(long, value_name = "HARDWARE", value_parser = parse_hardware)]
+    require_attestation: Option<Hardware>,
+    /// A measurement the report must carry, NAME=HEX (TDX: mrtd, rtmr0-rtmr3, mrconfigid,
+    /// mrowner, mrownerconfig; SEV-SNP: measurement, host_data, policy). Repeat for several.
+    #[arg(long = "measurement", value_name = "NAME=HEX", value_parser = parse_measurement, requires = "require_attestation")]
+    measurements: Vec<(String, String)>,
     /// Replace an existing --out file.
     #[arg(long)]
     force: bool,
+}
+
+fn parse_hardware(text: &str) -> Result<Hardware, String> {
+    Hardware::from_name(text)
+        .filter(|h| *h != Hardware::None)
+        .ok_or_else(|| format!("{text:?} is not tdx or sev-snp"))
+}
+
+fn parse_measurement(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=HEX"))?;
+    Ok((name.trim().to_owned(), value.trim().to_owned()))
 }
 
 /// Flags of `runner cosign`.
@@ -182,6 +205,13 @@ pub fn approve(args: ApproveArgs) -> CliResult {
     if let Some(note) = &args.note {
         check_note(note)?;
     }
+    let attestation = match args.require_attestation {
+        Some(hardware) => Some(
+            Requirement::new(hardware, &args.measurements)
+                .map_err(|why| super::UsageError(format!("--measurement: {why}")))?,
+        ),
+        None => None,
+    };
     let model = model_digest(&args.model)?;
     let payload = build_payload(
         engine,
@@ -196,6 +226,7 @@ pub fn approve(args: ApproveArgs) -> CliResult {
             version,
             recipients,
             note: args.note,
+            attestation,
         },
     )?;
     let cert = Certificate::sign_new(payload, &key)?;
@@ -434,6 +465,19 @@ pub fn inspect(args: InspectArgs) -> CliResult {
     match &p.note {
         None => out.push_str("note          none\n"),
         Some(n) => out.push_str(&format!("note          {n}\n")),
+    }
+    match &p.attestation {
+        None => out.push_str("attestation   not required\n"),
+        Some(req) => {
+            out.push_str(&format!(
+                "attestation   {} required, {} measurements pinned\n",
+                req.hardware,
+                req.measurements.len()
+            ));
+            for (name, value) in &req.measurements {
+                out.push_str(&format!("  {name:<11} {value}\n"));
+            }
+        }
     }
     print(&out)
 }

@@ -8,6 +8,11 @@
 use std::path::{Path, PathBuf};
 
 use super::{print, CliError, CliResult};
+use crate::attestation::tsm::{tsm_root, Kernel, TsmAccess, TsmError};
+use crate::attestation::{
+    attest, read_evidence, verify_evidence, AttestationError, Check, EvidenceError,
+    HardwareSignature, Source, Subject,
+};
 use crate::error::{Diagnose, Exit};
 use crate::job::exec::ExecRequest;
 use crate::job::run::{RunResult, RECEIPT_FILE};
@@ -24,7 +29,7 @@ use crate::restrict::{check, Checked};
 use crate::sealing::{open, seal, SealKey};
 use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
-use crate::trust::receipt::{verify_receipt, OUTPUTS_COMMITMENT_CONTEXT};
+use crate::trust::receipt::{verify_receipt, RunnerIdentity, OUTPUTS_COMMITMENT_CONTEXT};
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
 /// The file `scripts/fetch_model.sh gemma3-270m` caches under `models/`.
@@ -61,6 +66,8 @@ enum DemoError {
     GuardFailed,
     #[error("demo: the sealed outputs did not open to what the receipt commits to")]
     Unsealed,
+    #[error("demo: the system random number generator failed")]
+    NoRandomness,
 }
 
 impl Diagnose for DemoError {
@@ -127,7 +134,9 @@ pub fn demo(args: DemoArgs) -> CliResult {
     };
     let (policy, checked) = check_engine(&dir)?;
     let cert = approve(&dir, &keys, policy, &checked, &model)?;
-    write_job(&dir, &model, &keys.state.recipient()?)?;
+    let tsm_root = tsm_root(None);
+    let recipient = attest_runner(&dir, &keys, &tsm_root)?;
+    write_job(&dir, &model, &recipient)?;
     let (cert_path, job_path, trust_path) = (
         dir.join("cert.json"),
         dir.join("job.toml"),
@@ -138,6 +147,10 @@ pub fn demo(args: DemoArgs) -> CliResult {
         job: &job_path,
         trust: &trust_path,
         state: &keys.state,
+        tsm: TsmAccess {
+            fs: &Kernel,
+            root: &tsm_root,
+        },
         now: time::OffsetDateTime::now_utc(),
     };
     let result = exec(&request)?;
@@ -338,6 +351,7 @@ fn approve(
             version: 1,
             recipients: vec![keys.recipient.recipient()],
             note: Some("demo approval".into()),
+            attestation: None,
         },
     )?;
     let cert = Certificate::sign_new(payload, &keys.owner)?;
@@ -350,7 +364,70 @@ fn approve(
     Ok(cert)
 }
 
-/// Step 6: a job on private prompts, sealed to the runner (the plaintext is never written):
+/// Step 6: the runner attests (the hardware's report, or evidence marked "none" where there
+/// is none), and the owner checks the evidence and takes the recipient to seal to from it.
+fn attest_runner(dir: &Path, keys: &Keys, tsm_root: &Path) -> Result<String, CliError> {
+    let key = keys.state.signing_key()?;
+    let recipient = keys.state.recipient()?;
+    let runner = RunnerIdentity::current()?;
+    let subject = Subject {
+        key: &key,
+        age_recipient: &recipient,
+        runner_digest: runner.executable_digest,
+        runner_version: &runner.version,
+    };
+    let mut nonce = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+        .map_err(|_| DemoError::NoRandomness)?;
+    let evidence = match attest(&subject, &nonce, Source::Tsm(&Kernel, tsm_root)) {
+        Err(EvidenceError::Tsm(TsmError::Absent(_))) => {
+            attest(&subject, &nonce, Source::NoHardware)?
+        }
+        other => other?,
+    };
+    write(&dir.join("evidence.json"), &evidence)?;
+    // The owner's check. The demo has no collateral for a TDX quote: there it says so.
+    let check = Check {
+        collateral: None,
+        nonce: Some(&nonce),
+        at: Timestamp::now(),
+    };
+    let (marking, evidence) = match verify_evidence(&evidence, &check) {
+        Ok(verdict) => (
+            match &verdict.signature {
+                HardwareSignature::NoHardware => "NO HARDWARE on this machine: evidence.json \
+                     is marked \"hardware\": \"none\" and proves nothing about it"
+                    .to_owned(),
+                HardwareSignature::NotChecked(_) => format!(
+                    "{} report, its signature NOT CHECKED by this runner",
+                    verdict.hardware()
+                ),
+                HardwareSignature::Verified(tcb) => {
+                    format!("{} report verified, TCB {}", verdict.hardware(), tcb.status)
+                }
+            },
+            verdict.evidence,
+        ),
+        Err(AttestationError::NoCollateral) => (
+            "TDX quote; its signature NOT CHECKED here (verify-attestation --collateral checks \
+             it against Intel's root)"
+                .to_owned(),
+            read_evidence(&evidence)?,
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    print(&format!(
+        "6. attest      `runner attest`: {marking}\n              \
+         `runner verify-attestation evidence.json --nonce {}`: signed by runner {}, nonce \
+         matches; the owner seals to the recipient it names, {}\n",
+        hex::encode(nonce),
+        evidence.signer.key_id().short(),
+        short_recipient(&evidence.payload.binding.age_recipient),
+    ))?;
+    Ok(evidence.payload.binding.age_recipient)
+}
+
+/// Step 7: a job on private prompts, sealed to the runner (the plaintext is never written):
 /// text when the tokenizer is there, token ids otherwise.
 fn write_job(dir: &Path, model: &DemoModel, runner: &str) -> Result<(), CliError> {
     let text = model.tokenizer;
@@ -392,26 +469,32 @@ fn write_job(dir: &Path, model: &DemoModel, runner: &str) -> Result<(), CliError
         ),
     )?;
     print(&format!(
-        "6. job         job.toml: 3 private prompts sealed to the runner (inputs.jsonl.age), \
+        "7. job         job.toml: 3 private prompts sealed to the runner (inputs.jsonl.age), \
          batch 3, {new_tokens} new tokens each\n",
     ))
 }
 
-/// 7. exec: the audit log, the trusted boundary, then the run.
+/// 8. exec: the audit log, the trusted boundary, then the run.
 fn exec(request: &ExecRequest<'_>) -> Result<RunResult, CliError> {
     let result = crate::job::exec::exec(request, &mut |_| {})?;
     print(
-        "7. exec        verified: signatures and threshold, validity, rollback, engine digest, \
+        "8. exec        verified: signatures and threshold, validity, rollback, engine digest, \
          policy_id, verifier report, model digest, limits; audit entry before the first batch\n",
     )?;
     print(&format!(
-        "              ran {} inputs, {} tokens; wrote out/{} (sealed) and out/{RECEIPT_FILE}\n",
-        result.facts.counts.inputs, result.facts.counts.generated_tokens, result.outputs_name
+        "              ran {} inputs, {} tokens; wrote out/{} (sealed) and out/{RECEIPT_FILE}; {}\n",
+        result.facts.counts.inputs,
+        result.facts.counts.generated_tokens,
+        result.outputs_name,
+        match &result.facts.attestation {
+            Some(a) => format!("{} evidence in out/{}", a.hardware, a.evidence),
+            None => "no hardware evidence in the receipt (cert.json requires none)".to_owned(),
+        }
     ))?;
     Ok(result)
 }
 
-/// 8. The recipient verifies the receipt and the sealed outputs, then opens them.
+/// 9. The recipient verifies the receipt and the sealed outputs, then opens them.
 fn verify(dir: &Path, result: &RunResult, cert: &Certificate, keys: &Keys) -> CliResult {
     let verified = verify_receipt(&result.receipt, cert, &keys.runner, Some(&dir.join("out")))?;
     let plain =
@@ -424,7 +507,7 @@ fn verify(dir: &Path, result: &RunResult, cert: &Certificate, keys: &Keys) -> Cl
         return Err(DemoError::Unsealed.into());
     }
     print(&format!(
-        "8. verify      receipt {} signed by the runner, bound to certificate {}; the recipient \
+        "9. verify      receipt {} signed by the runner, bound to certificate {}; the recipient \
          opens out/{} and its plaintext is what the receipt commits to:\n",
         verified.digest().short(),
         cert.digest().short(),
@@ -436,7 +519,7 @@ fn verify(dir: &Path, result: &RunResult, cert: &Certificate, keys: &Keys) -> Cl
     Ok(())
 }
 
-/// 9. The guard: the engine edited after approval is refused (and the refusal audited).
+/// 10. The guard: the engine edited after approval is refused (and the refusal audited).
 fn guard(dir: &Path, request: &ExecRequest<'_>) -> CliResult {
     write(
         &dir.join("engines/gemma3.eng"),
@@ -452,7 +535,7 @@ fn guard(dir: &Path, request: &ExecRequest<'_>) -> CliResult {
         return Err(DemoError::GuardFailed.into());
     };
     print(&format!(
-        "9. guard       after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
+        "10. guard      after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
         refusal.exit().code(),
         refusal.hint().unwrap_or_default()
     ))?;
@@ -465,7 +548,7 @@ fn guard(dir: &Path, request: &ExecRequest<'_>) -> CliResult {
         return Err(DemoError::GuardFailed.into());
     };
     print(&format!(
-        "10. guard      inputs sealed to another runner, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
+        "11. guard      inputs sealed to another runner, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
         refusal.exit().code(),
         refusal.hint().unwrap_or_default()
     ))

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::{print, CliResult};
+use crate::attestation::tsm::{tsm_root, Kernel, TsmAccess};
 use crate::job::exec::ExecRequest;
 use crate::job::run::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
 use crate::job::state::{state_dir, StateDir};
@@ -24,6 +25,10 @@ pub struct ExecArgs {
     /// registries); default $RUNNER_STATE_DIR, else /var/lib/runner.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// The configfs-tsm directory, asked for evidence when the certificate requires
+    /// attestation (default: $RUNNER_TSM_ROOT, else /sys/kernel/config/tsm).
+    #[arg(long, value_name = "DIR")]
+    pub tsm_root: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -33,11 +38,16 @@ pub struct ExecArgs {
 pub fn exec(args: ExecArgs) -> CliResult {
     let state = StateDir::open(&state_dir(args.state_dir.as_deref()))?;
     let bar = super::progress::Bar::new(args.quiet);
+    let tsm_root = tsm_root(args.tsm_root.as_deref());
     let request = ExecRequest {
         cert: &args.cert,
         job: &args.job,
         trust: &args.trust,
         state: &state,
+        tsm: TsmAccess {
+            fs: &Kernel,
+            root: &tsm_root,
+        },
         now: time::OffsetDateTime::now_utc(),
     };
     let result = crate::job::exec::exec(&request, &mut |p| bar.update(p));
@@ -46,7 +56,7 @@ pub fn exec(args: ExecArgs) -> CliResult {
     let c = &result.facts.counts;
     print(&format!(
         "ran {} inputs ({} tokens generated; {} stopped, {} hit max_new_tokens)\n\
-         wrote {} and {} in {}\n\
+         wrote {} and {}{} in {}\n\
          certificate {}  engine {}  policy_id {}  model {}\n",
         c.inputs,
         c.generated_tokens,
@@ -58,6 +68,10 @@ pub fn exec(args: ExecArgs) -> CliResult {
             OUTPUTS_FILE
         },
         RECEIPT_FILE,
+        match &result.facts.attestation {
+            Some(a) => format!(" (with {} evidence in {})", a.hardware, a.evidence),
+            None => String::new(),
+        },
         result.output_dir.display(),
         result.facts.certificate_digest.short(),
         result.facts.engine_digest.short(),

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::error::{Diagnose, Exit};
 
+mod attest;
 mod audit;
 mod bench;
 mod cert;
@@ -46,6 +47,12 @@ enum Command {
     Init(identity::InitArgs),
     /// Print the runner's public key (what recipients check receipts against).
     Identity(identity::IdentityArgs),
+    /// Ask the hardware (TDX, SEV-SNP, through configfs-tsm) for a report that binds the
+    /// runner's keys, and write it as an evidence document for owners.
+    Attest(attest::AttestArgs),
+    /// Check evidence from `runner attest`: the hardware's signature, the binding of the keys,
+    /// the nonce; print the measurements and the age recipient owners may encrypt to.
+    VerifyAttestation(attest::VerifyAttestationArgs),
     /// Create an Ed25519 key pair (private key mode 0600, public key beside it as KEY.pub).
     Keygen(keys::KeygenArgs),
     /// Print a policy's id (16-hex short form) and its full digest.
@@ -116,6 +123,17 @@ pub(crate) fn print(text: &str) -> CliResult {
     }
 }
 
+/// A flag whose value the parser could not check alone (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl Diagnose for UsageError {
+    fn exit(&self) -> Exit {
+        Exit::BadInput
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write to standard output: {0}")]
 pub(crate) struct StdoutError(pub(crate) std::io::Error);
@@ -156,6 +174,8 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Init(args) => identity::init(args),
         Command::Identity(args) => identity::identity(args),
+        Command::Attest(args) => attest::attest(args),
+        Command::VerifyAttestation(args) => attest::verify_attestation(args),
         Command::Keygen(args) => keys::keygen(args),
         Command::PolicyId(args) => policy::policy_id(args),
         Command::Restrict(args) => restrict::restrict(args),

@@ -5,14 +5,16 @@ use std::path::{Path, PathBuf};
 
 use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
-use crate::primitives::bounded_read::read_bounded;
+use crate::primitives::bounded_read::{read_bounded, MAX_DOCUMENT_BYTES};
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::PublicKey;
 use crate::sealing::{is_age, open, OpenError, SealKey};
+use crate::trust::attested_run::verify_run_attestation;
 use crate::trust::receipt::{
     read_receipt_file, verify_receipt, ReceiptError, VerifiedReceipt, INPUTS_COMMITMENT_CONTEXT,
     OUTPUTS_COMMITMENT_CONTEXT, SEALED_OUTPUTS_FILE,
 };
+use crate::trust::run_attestation::ATTESTATION_FILE;
 use zeroize::Zeroizing;
 
 /// Flags of `runner verify`.
@@ -39,6 +41,10 @@ pub struct VerifyArgs {
     /// memory, and check the receipt's commitment to their plaintext.
     #[arg(long, value_name = "FILE")]
     identity: Option<PathBuf>,
+    /// DCAP collateral JSON for the TDX quote in the run's attestation.json (needed when the
+    /// certificate requires TDX attestation; checked at the time the run started).
+    #[arg(long, value_name = "FILE")]
+    collateral: Option<PathBuf>,
     /// Print the verified receipt as JSON.
     #[arg(long)]
     json: bool,
@@ -82,6 +88,11 @@ pub fn verify(args: VerifyArgs) -> CliResult {
             path: args.receipt.clone(),
             source,
         })?;
+    let collateral = match &args.collateral {
+        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "collateral")?),
+        None => None,
+    };
+    let attestation = verify_run_attestation(&verified, &cert, &dir, collateral.as_deref())?;
     let facts = verified.facts();
     if let Some(path) = &args.inputs {
         let bytes = read_bounded(path, MAX_CHECKED_BYTES, "inputs")?;
@@ -106,15 +117,27 @@ pub fn verify(args: VerifyArgs) -> CliResult {
             "outputs_dir": dir.display().to_string(),
             "subjects": verified.subjects(),
             "facts": verified.facts(),
+            "attestation": attestation.as_ref().map(super::attest::verdict_json),
         });
         return print(&format!("{doc:#}\n"));
     }
-    print(&summary(
+    let mut text = summary(
         &verified,
         &dir,
         args.inputs.is_some(),
         args.identity.is_some(),
-    ))
+    );
+    match &attestation {
+        Some(verdict) => {
+            text +=
+                "attestation  the run's evidence, checked against the certificate's requirement:\n";
+            for line in super::attest::verdict_text(ATTESTATION_FILE, verdict).lines() {
+                text += &format!("  {line}\n");
+            }
+        }
+        None => text += "attestation  none (the certificate does not require it)\n",
+    }
+    print(&text)
 }
 
 /// The largest inputs or outputs file `verify` reads into memory.

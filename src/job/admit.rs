@@ -30,6 +30,7 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
+use super::attest::{attest_run, AttestRefusal, Attester, RunEvidence};
 use super::generate::{GenerateError, Generator};
 use super::inputs::{inputs_cap, parse_inputs, Input, InputsError, Prompt};
 use super::publish::output_dir_in_use;
@@ -104,6 +105,8 @@ pub struct Request<'a> {
     pub state_dir: &'a Path,
     /// The runner's age identity, which opens sealed inputs.
     pub seal_key: &'a SealKey,
+    /// How the runner asks its hardware for evidence, when the certificate requires it.
+    pub attester: Attester<'a>,
     /// The time to verify at.
     pub now: OffsetDateTime,
 }
@@ -120,6 +123,7 @@ pub struct Admitted {
     tokenizer: Option<Tokenizer>,
     tokenizer_digest: Option<Digest>,
     generator: Generator,
+    evidence: Option<RunEvidence>,
 }
 
 impl std::fmt::Debug for Admitted {
@@ -176,6 +180,10 @@ impl Admitted {
     pub fn generator(&self) -> &Generator {
         &self.generator
     }
+    /// The hardware's evidence for this run, under a certificate that requires it.
+    pub fn evidence(&self) -> Option<&RunEvidence> {
+        self.evidence.as_ref()
+    }
 }
 
 /// Why a job was not admitted.
@@ -188,6 +196,9 @@ pub enum Refusal {
     /// The certificate failed verification.
     #[error(transparent)]
     Certificate(#[from] CertError),
+    /// The certificate requires attestation and the hardware did not give it.
+    #[error(transparent)]
+    Attestation(#[from] AttestRefusal),
     /// The certificate was replaced by a newer one.
     #[error("certificate {old} was superseded by certificate {new}")]
     Superseded {
@@ -409,6 +420,7 @@ impl Diagnose for Refusal {
         match self {
             Refusal::Read(e) => e.exit(),
             Refusal::Certificate(e) => e.exit(),
+            Refusal::Attestation(e) => e.exit(),
             Refusal::Job(e) => e.exit(),
             Refusal::Verifier(e) => e.exit(),
             Refusal::ModelDigest(e) => e.exit(),
@@ -444,6 +456,7 @@ impl Diagnose for Refusal {
         Some(match self {
             Refusal::Read(e) => return e.hint(),
             Refusal::Certificate(e) => return e.hint(),
+            Refusal::Attestation(e) => return e.hint(),
             Refusal::Job(e) => return e.hint(),
             Refusal::Verifier(e) => return e.hint(),
             Refusal::ModelDigest(e) => return e.hint(),
@@ -526,11 +539,31 @@ impl Diagnose for Refusal {
 /// Check everything, then compile: the only way to an [`Admitted`] job.
 pub fn admit(req: &Request<'_>) -> Result<Admitted, Refusal> {
     let cert = certificate(req)?;
+    let evidence = attestation(req, &cert)?;
     let job = job_file(req, cert)?;
     let engine = engine(job)?;
     let model = model(engine)?;
     let inputs = inputs(model, req.seal_key)?;
-    compile(inputs)
+    let mut admitted = compile(inputs)?;
+    admitted.evidence = evidence;
+    Ok(admitted)
+}
+
+/// Step 1b, before any input is opened: the hardware's evidence, when the certificate requires
+/// it ([`super::attest`]).
+pub fn attestation(
+    req: &Request<'_>,
+    cert: &VerifiedCertificate,
+) -> Result<Option<RunEvidence>, Refusal> {
+    match &cert.payload().attestation {
+        Some(required) => Ok(Some(attest_run(
+            &req.attester,
+            required,
+            cert.digest(),
+            req.submission.job_digest(),
+        )?)),
+        None => Ok(None),
+    }
 }
 
 /// Step 1: the certificate verifies and is not older than one this runner knows.
@@ -914,6 +947,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         tokenizer,
         tokenizer_digest,
         generator,
+        evidence: None,
     })
 }
 

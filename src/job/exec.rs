@@ -13,12 +13,15 @@ use ring::rand::{SecureRandom, SystemRandom};
 use time::OffsetDateTime;
 
 use super::admit::{admit, Admitted, Refusal, Request, Submission};
+use super::attest::Attester;
 use super::audit::{AuditError, AuditLog, AuditRecord, Outcome};
 use super::run::{run, Progress, RunFailure, RunResult};
 use super::state::{StateDir, StateError};
 use super::superseded::{Registry, RegistryError};
+use crate::attestation::tsm::TsmAccess;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::digest::Digest;
+use crate::primitives::keys::SecretKey;
 use crate::trust::config::{TrustConfig, TrustConfigError};
 use crate::trust::receipt::{subjects_of, ReceiptError};
 
@@ -85,6 +88,8 @@ pub struct ExecRequest<'a> {
     pub trust: &'a Path,
     /// The runner's state directory.
     pub state: &'a StateDir,
+    /// configfs-tsm, asked for evidence when the certificate requires attestation.
+    pub tsm: TsmAccess<'a>,
     /// The time to verify at.
     pub now: OffsetDateTime,
 }
@@ -166,19 +171,29 @@ pub fn exec(
         .state
         .seal_key()
         .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
+    let signing_key = req
+        .state
+        .signing_key()
+        .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
+    let recipient = seal_key.recipient();
     let request = Request {
         submission: &submission,
         trust: &trust,
         history: &history,
         state_dir: req.state.path(),
         seal_key: &seal_key,
+        attester: Attester {
+            tsm: req.tsm,
+            key: &signing_key,
+            recipient: &recipient,
+        },
         now: req.now,
     };
     let admitted = admit(&request).map_err(|e| attempt.end(Outcome::Refused, e.into()))?;
     drop(seal_key);
     // Nothing runs unless this is on disk.
     attempt.admitted(&admitted)?;
-    let result = run_admitted(req, &registry, admitted, on_batch)
+    let result = run_admitted(&registry, admitted, &signing_key, on_batch)
         .map_err(|e| attempt.end(Outcome::Failed, e))?;
     let outputs = subjects_of(&[(result.outputs_name, &result.outputs)])
         .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
@@ -189,9 +204,9 @@ pub fn exec(
 /// The admitted job's registries updated (before the run, so a failed run still retires what
 /// it replaced), its key loaded, the run.
 fn run_admitted(
-    req: &ExecRequest<'_>,
     registry: &Registry,
     admitted: Admitted,
+    key: &SecretKey,
     on_batch: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, ExecError> {
     let cert = admitted.certificate();
@@ -201,6 +216,5 @@ fn run_admitted(
         cert.version(),
         cert.supersedes(),
     )?;
-    let key = req.state.signing_key()?;
-    Ok(run(admitted, &key, on_batch)?)
+    Ok(run(admitted, key, on_batch)?)
 }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admit;
+pub mod attest;
 pub mod audit;
 pub mod exec;
 pub mod generate;

@@ -23,6 +23,7 @@ use crate::trust::receipt::{
     Sealed, OUTPUTS_COMMITMENT_CONTEXT,
 };
 pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
+pub use crate::trust::run_attestation::ATTESTATION_FILE;
 
 /// What a finished run produced.
 #[derive(Debug, Clone)]
@@ -277,12 +278,15 @@ pub fn run(
         started_at,
         finished_at: Timestamp::now(),
         counts,
+        attestation: admitted.evidence().map(|e| e.facts.clone()),
     };
-    let receipt = sign_receipt(&facts, &[(outputs_name, &outputs)], runner_key)?;
-    publish(
-        &job.output_dir,
-        &[(outputs_name, &outputs), (RECEIPT_FILE, &receipt)],
-    )?;
+    let mut files: Vec<(&str, &[u8])> = vec![(outputs_name, &outputs)];
+    if let Some(evidence) = admitted.evidence() {
+        files.push((ATTESTATION_FILE, &evidence.bytes));
+    }
+    let receipt = sign_receipt(&facts, &files, runner_key)?;
+    files.push((RECEIPT_FILE, &receipt));
+    publish(&job.output_dir, &files)?;
     Ok(RunResult {
         output_dir: job.output_dir.clone(),
         facts,

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::attestation::Requirement;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::atomic_file::WriteError;
 use crate::primitives::bounded_read::{read_bounded, ReadError, MAX_DOCUMENT_BYTES};
@@ -167,6 +168,8 @@ pub struct Terms {
     pub recipients: Vec<String>,
     /// Free text for the other owners.
     pub note: Option<String>,
+    /// The hardware and measurements a run must attest to; `None`: no attestation required.
+    pub attestation: Option<Requirement>,
 }
 
 /// The engine section of a payload.
@@ -218,6 +221,10 @@ pub struct CertificatePayload {
     pub recipients: Vec<String>,
     /// Free text, or `null`.
     pub note: Option<String>,
+    /// What the machine running the job must attest to (docs/attestation.md); absent (not
+    /// `null`) when nothing is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<Requirement>,
 }
 
 /// Why a certificate was not made, read, or accepted.
@@ -507,6 +514,7 @@ pub fn build_payload(engine: EngineFacts, terms: Terms) -> Result<CertificatePay
             r
         },
         note: terms.note,
+        attestation: terms.attestation,
     };
     payload.check()?;
     Ok(payload)
@@ -602,6 +610,10 @@ impl CertificatePayload {
             .map_err(|e| CertError::Payload(e.to_string()))?;
         if let Some(note) = &self.note {
             check_note(note).map_err(|e| CertError::Payload(format!("field `note`: {e}")))?;
+        }
+        if let Some(req) = &self.attestation {
+            req.validate()
+                .map_err(|e| CertError::Payload(format!("field `attestation`: {e}")))?;
         }
         if self.policy_id.0 != self.policy.policy_id_for(&self.verifier_version).0 {
             return Err(CertError::Inconsistent {

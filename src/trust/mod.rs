@@ -8,10 +8,12 @@
 //! [`verify::VerifiedCertificate`], which is what `exec` requires.
 #![forbid(unsafe_code)]
 
+pub mod attested_run;
 pub mod certificate;
 pub mod config;
 pub mod generation;
 pub mod identity;
 pub mod receipt;
 pub mod review;
+pub mod run_attestation;
 pub mod verify;

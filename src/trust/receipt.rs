@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::certificate::Certificate;
 use super::generation::Generation;
+use super::run_attestation::RunAttestation;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::bounded_read::{open_regular, read_bounded, ReadError};
 use crate::primitives::canonical::{parse_strict, to_canonical_from};
@@ -267,6 +268,10 @@ pub struct RunFacts {
     pub finished_at: Timestamp,
     /// Counts.
     pub counts: RunCounts,
+    /// The hardware evidence of the run, under a certificate that requires it; absent (not
+    /// `null`) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<RunAttestation>,
 }
 
 impl RunFacts {
@@ -903,6 +908,7 @@ mod tests {
                 version: 1,
                 recipients: vec![crate::sealing::SealKey::generate().recipient()],
                 note: note.map(str::to_owned),
+                attestation: None,
             },
         )
         .unwrap();
@@ -946,6 +952,7 @@ mod tests {
                 generated_tokens: 40,
                 finish_reasons: FinishReasons { stop: 2, length: 1 },
             },
+            attestation: None,
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(OUTPUTS_FILE), OUTPUT).unwrap();

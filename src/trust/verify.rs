@@ -224,6 +224,7 @@ mod tests {
                 version: 1,
                 recipients: vec![crate::sealing::SealKey::generate().recipient()],
                 note: Some("first approval".into()),
+                attestation: None,
             },
         )
         .unwrap();
@@ -587,6 +588,7 @@ mod tests {
             version: 1,
             recipients: vec![crate::sealing::SealKey::generate().recipient()],
             note: None,
+            attestation: None,
         };
         let engine = EngineFacts {
             name: "e".into(),
@@ -700,6 +702,7 @@ mod tests {
                 version: 1,
                 recipients: vec![crate::sealing::SealKey::generate().recipient()],
                 note: None,
+                attestation: None,
             },
         )
         .unwrap();

@@ -652,8 +652,10 @@ fn killed_run_leaves_no_outputs_and_rerun_succeeds() {
 
 #[test]
 fn a_model_written_during_the_run_signs_nothing() {
+    use runner::attestation::tsm::{Kernel, TsmAccess};
     use runner::error::{Diagnose, Exit};
     use runner::job::admit::{admit, Request, Submission};
+    use runner::job::attest::Attester;
     use runner::job::run::{run, RunFailure};
     use runner::job::state::StateDir;
     use runner::job::superseded::History;
@@ -664,12 +666,21 @@ fn a_model_written_during_the_run_signs_nothing() {
     let trust = runner::trust::config::TrustConfig::load(&env.path("trust.toml")).unwrap();
     let submission = Submission::read(&env.path("cert.json"), &env.path("job.toml")).unwrap();
     let state = StateDir::open(&env.path("state")).unwrap();
+    let key = state.signing_key().unwrap();
     let request = Request {
         submission: &submission,
         trust: &trust,
         history: &History::default(),
         state_dir: state.path(),
         seal_key: &state.seal_key().unwrap(),
+        attester: Attester {
+            tsm: TsmAccess {
+                fs: &Kernel,
+                root: &env.path("no-tsm"),
+            },
+            key: &key,
+            recipient: &state.recipient().unwrap(),
+        },
         now: time::OffsetDateTime::now_utc(),
     };
     let admitted = admit(&request).unwrap();
@@ -683,7 +694,6 @@ fn a_model_written_during_the_run_signs_nothing() {
         .unwrap()
         .write_all_at(&[first], 0)
         .unwrap();
-    let key = state.signing_key().unwrap();
     let err = run(admitted, &key, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&err, RunFailure::Model(FileError::Changed { path }) if path.ends_with("model/model.safetensors")),

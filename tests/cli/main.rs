@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attestation;
 mod audit;
 mod bench;
 mod exec;

@@ -389,3 +389,50 @@ fn a_sealed_run_leaves_no_plaintext_in_state_outputs_or_temp() {
         "the run wrote to TMPDIR"
     );
 }
+
+#[test]
+fn the_owner_flow_attest_verify_seal_exec_verify_says_no_hardware_throughout() {
+    let (env, _) = sealed_env();
+    let none = env.path("no-tsm").display().to_string();
+    let attested = env.ok(&[
+        "attest",
+        "--state-dir",
+        "state",
+        "--tsm-root",
+        &none,
+        "--allow-no-hardware",
+        "--nonce",
+        "0badc0de",
+        "--out",
+        "evidence.json",
+    ]);
+    assert!(attested.contains("evidence WITHOUT hardware"), "{attested}");
+    // The owner learns the recipient from the evidence, not from the operator's word.
+    let verdict: Value = serde_json::from_str(&env.ok(&[
+        "verify-attestation",
+        "evidence.json",
+        "--nonce",
+        "0badc0de",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(verdict["hardware"], "none");
+    assert_eq!(verdict["nonce_checked"], true);
+    let recipient = verdict["age_recipient"].as_str().unwrap().to_owned();
+    let owner = Owner::new();
+    owner.seal(&["-r", &recipient], &env.path("inputs.jsonl.age"));
+    let out = env.ok(EXEC);
+    assert!(out.contains("ran 2 inputs"), "{out}");
+    let verified = env.ok(&[
+        "verify",
+        "out/receipt.json",
+        "--cert",
+        "cert.json",
+        "--runner-key",
+        "state/runner.key.pub",
+    ]);
+    assert!(
+        verified.contains("attestation  none (the certificate does not require it)"),
+        "{verified}"
+    );
+}

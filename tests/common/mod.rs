@@ -7,8 +7,8 @@
 //!   `bare_job`, `approved_job`, `reapproval`, `audit_log`), with the operations the CLI tests
 //!   share: keys, trust files, approvals and envelopes (`env.rs`), jobs and refusals
 //!   (`job.rs`), the audit log (`audit.rs`) and receipts (`receipt.rs`).
-//! - `repo`: paths into the repository and the cached tokenizer, the only part `tests/lib`
-//!   includes too.
+//! - `repo`: paths into the repository and the cached tokenizer, and `tsm`: configfs-tsm
+//!   played by the test; the only parts `tests/lib` includes too.
 
 mod audit;
 mod dir;
@@ -16,6 +16,7 @@ mod env;
 mod job;
 mod receipt;
 pub mod repo;
+pub mod tsm;
 
 pub use dir::{Dir, TestCommand};
 pub use env::Env;

@@ -69,6 +69,7 @@ impl Env {
                 generated_tokens: 2,
                 finish_reasons: FinishReasons { stop: 1, length: 0 },
             },
+            attestation: None,
         }
     }
 

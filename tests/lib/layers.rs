@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["primitives", "memory"],
     &["kernels", "sealing"],
-    &["restrict"],
+    &["restrict", "attestation"],
     &["model"],
     &["trust"],
     &["job"],

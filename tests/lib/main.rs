@@ -1,11 +1,14 @@
 //! Tests of the library's modules through their public API, one file per part, linked into
-//! one test binary. Of the harness in `tests/common` they need only the repository paths.
+//! one test binary. Of the harness in `tests/common` they need only the repository paths and the
+//! configfs-tsm fake.
 
 #[path = "../common"]
 mod common {
     pub mod repo;
+    pub mod tsm;
 }
 
+mod attestation;
 mod engine_layers;
 mod gguf;
 mod job_files;

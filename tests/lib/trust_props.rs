@@ -92,6 +92,7 @@ proptest! {
                 version: 1,
                 recipients: Vec::new(),
                 note,
+                attestation: None,
             },
         ).unwrap();
         let keys = keys(signers);
@@ -140,6 +141,7 @@ fn signed() -> &'static Signed {
                 version: 1,
                 recipients: Vec::new(),
                 note: Some("n".into()),
+                attestation: None,
             },
         )
         .unwrap();
