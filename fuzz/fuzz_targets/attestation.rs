@@ -13,6 +13,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(evidence) = read_evidence(data) {
         let check = Check {
             collateral: None,
+            vcek: None,
             nonce: None,
             at: Timestamp::now(),
         };

@@ -7,7 +7,7 @@
 //! - [`tsm`]: asking the kernel for a report (configfs-tsm).
 //! - [`evidence`]: the signed document holding the report.
 //! - [`tdx`], [`snp`], [`report`]: reading each kind of report; TDX quotes verified against
-//!   Intel's chain with `dcap-qvl`.
+//!   Intel's chain with `dcap-qvl`, SEV-SNP reports against AMD's with `sev`.
 //! - [`verify`]: the checks a verifier runs, in order.
 //! - [`requirement`]: what a certificate may require of the hardware (measurements to match).
 #![forbid(unsafe_code)]

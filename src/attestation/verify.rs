@@ -3,8 +3,9 @@
 //!    signature;
 //! 2. the report parses as the hardware's format;
 //! 3. the hardware's signature: for TDX the quote against Intel's root and the collateral at
-//!    the given time (collateral is required); SEV-SNP signatures are not checked yet, and the
-//!    verdict says so;
+//!    the given time (collateral is required); for SEV-SNP the report against the VCEK (given,
+//!    or from the auxblob) and the VCEK's chain to AMD's root; without a VCEK the verdict says
+//!    the signature was not checked;
 //! 4. the report's user data is the hash of the document's binding (keys, binary, nonce);
 //! 5. the nonce is the verifier's, when one is given;
 //! 6. the guest is not debuggable.
@@ -22,6 +23,9 @@ use crate::primitives::time::Timestamp;
 pub struct Check<'a> {
     /// DCAP collateral JSON for a TDX quote.
     pub collateral: Option<&'a [u8]>,
+    /// The VCEK certificate (PEM or DER) for an SEV-SNP report, when the evidence's `auxblob`
+    /// does not carry it.
+    pub vcek: Option<&'a [u8]>,
     /// The nonce the verifier sent, when it sent one.
     pub nonce: Option<&'a [u8]>,
     /// The time to check the collateral at.
@@ -31,8 +35,13 @@ pub struct Check<'a> {
 /// What is known of the hardware's signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HardwareSignature {
-    /// Verified, with the platform's TCB status.
-    Verified(TcbVerdict),
+    /// Verified to a vendor's root key, with the platform's TCB.
+    Verified {
+        /// Whose root the signature chains to.
+        root: String,
+        /// The platform's TCB status.
+        tcb: TcbVerdict,
+    },
     /// Not checked, and why.
     NotChecked(&'static str),
     /// There is no hardware: the evidence proves nothing about the machine.
@@ -75,6 +84,9 @@ pub enum AttestationError {
     /// The quote did not verify.
     #[error(transparent)]
     Quote(#[from] QuoteError),
+    /// The SEV-SNP report's signature did not verify.
+    #[error(transparent)]
+    Snp(#[from] snp::SnpSignatureError),
     /// The report was made for other data.
     #[error("the report's user data is not the hash of this document's keys, runner digest and nonce: the report was made for someone else's data (or the document was edited)")]
     Binding,
@@ -100,7 +112,8 @@ impl Diagnose for AttestationError {
         match self {
             AttestationError::Evidence(e) => e.exit(),
             AttestationError::Report(_) | AttestationError::NoCollateral => Exit::BadInput,
-            AttestationError::Quote(QuoteError::Collateral(_)) => Exit::BadInput,
+            AttestationError::Quote(QuoteError::Collateral(_))
+            | AttestationError::Snp(snp::SnpSignatureError::Vcek(_)) => Exit::BadInput,
             _ => Exit::Refused,
         }
     }
@@ -133,12 +146,33 @@ pub fn verify_evidence(bytes: &[u8], check: &Check<'_>) -> Result<Verdict, Attes
         Hardware::Tdx => {
             let collateral = check.collateral.ok_or(AttestationError::NoCollateral)?;
             let at = u64::try_from(check.at.datetime().unix_timestamp()).unwrap_or(0);
-            HardwareSignature::Verified(tdx::verify(&evidence.report, collateral, at)?)
+            HardwareSignature::Verified {
+                root: "Intel's SGX root CA".into(),
+                tcb: tdx::verify(&evidence.report, collateral, at)?,
+            }
         }
-        Hardware::SevSnp => HardwareSignature::NotChecked(
-            "this runner does not verify SEV-SNP signatures yet (VCEK chain to AMD's root): \
-             check the report with AMD's tools (snpguest verify attestation)",
-        ),
+        Hardware::SevSnp => {
+            let vcek = check
+                .vcek
+                .map(<[u8]>::to_vec)
+                .or_else(|| snp::vcek_from_auxblob(&evidence.auxblob));
+            match vcek {
+                Some(vcek) => {
+                    let v = snp::verify(&evidence.report, &vcek)?;
+                    HardwareSignature::Verified {
+                        root: format!("AMD's {} root key (ARK)", v.product),
+                        tcb: TcbVerdict {
+                            status: format!("REPORTED_TCB {}", v.reported_tcb),
+                            advisories: Vec::new(),
+                        },
+                    }
+                }
+                None => HardwareSignature::NotChecked(
+                    "no VCEK certificate was given (--vcek FILE, from AMD's key distribution \
+                     service) and the evidence's auxblob carries none",
+                ),
+            }
+        }
         Hardware::None => HardwareSignature::NoHardware,
     };
     if let Some(parsed) = &report {

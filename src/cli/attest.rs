@@ -68,7 +68,8 @@ pub struct AttestArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Checks, in order: the document's signature by the runner key it names; the hardware's signature \
-(a TDX quote against Intel's root CA and the collateral, at --at); that the report's user data \
+(a TDX quote against Intel's root CA and the collateral, at --at; an SEV-SNP report against the \
+VCEK and its chain to AMD's root); that the report's user data \
 is the hash of the keys, runner digest and nonce in the document; the nonce; that the guest is \
 not debuggable. Exit 0 means every check that applies passed; the output says which did not \
 apply (no hardware, an SEV-SNP signature not checked, no nonce given).")]
@@ -80,6 +81,10 @@ pub struct VerifyAttestationArgs {
     /// TCB info, QE identity), fetched from Intel PCS or a PCCS; checked offline.
     #[arg(long, value_name = "FILE")]
     collateral: Option<PathBuf>,
+    /// The VCEK certificate (PEM or DER) of the chip that signed an SEV-SNP report, from AMD's
+    /// key distribution service, when the evidence's auxblob does not carry it.
+    #[arg(long, value_name = "FILE")]
+    vcek: Option<PathBuf>,
     /// The nonce you asked the runner to attest with, in hex: the evidence must carry it.
     #[arg(long, value_name = "HEX", value_parser = parse_nonce)]
     nonce: Option<Nonce>,
@@ -168,8 +173,13 @@ pub fn verify_attestation(args: VerifyAttestationArgs) -> CliResult {
         Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "collateral")?),
         None => None,
     };
+    let vcek = match &args.vcek {
+        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "VCEK certificate")?),
+        None => None,
+    };
     let check = Check {
         collateral: collateral.as_deref(),
+        vcek: vcek.as_deref(),
         nonce: args.nonce.as_ref().map(|n| n.0.as_slice()),
         at: args.at.unwrap_or_else(Timestamp::now),
     };
@@ -192,8 +202,8 @@ pub(super) fn verdict_text(name: &str, v: &Verdict) -> String {
         e.signer.key_id().to_hex()
     );
     out += &match &v.signature {
-        HardwareSignature::Verified(tcb) => format!(
-            "hardware {} ({}): report signature verified to Intel's root CA; TCB status {}{}\n",
+        HardwareSignature::Verified { root, tcb } => format!(
+            "hardware {} ({}): report signature verified to {root}; TCB status {}{}\n",
             e.hardware,
             e.payload.provider,
             tcb.status,
@@ -244,8 +254,8 @@ pub(super) fn verdict_json(v: &Verdict) -> serde_json::Value {
     let e = &v.evidence;
     let b = &e.payload.binding;
     let signature = match &v.signature {
-        HardwareSignature::Verified(tcb) => json!({
-            "checked": true, "tcb_status": tcb.status, "advisories": tcb.advisories,
+        HardwareSignature::Verified { root, tcb } => json!({
+            "checked": true, "root": root, "tcb_status": tcb.status, "advisories": tcb.advisories,
         }),
         HardwareSignature::NotChecked(why) => json!({ "checked": false, "why": why }),
         HardwareSignature::NoHardware => json!({ "checked": false, "why": "no hardware" }),

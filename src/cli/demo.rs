@@ -389,6 +389,7 @@ fn attest_runner(dir: &Path, keys: &Keys, tsm_root: &Path) -> Result<String, Cli
     // The owner's check. The demo has no collateral for a TDX quote: there it says so.
     let check = Check {
         collateral: None,
+        vcek: None,
         nonce: Some(&nonce),
         at: Timestamp::now(),
     };
@@ -399,12 +400,14 @@ fn attest_runner(dir: &Path, keys: &Keys, tsm_root: &Path) -> Result<String, Cli
                      is marked \"hardware\": \"none\" and proves nothing about it"
                     .to_owned(),
                 HardwareSignature::NotChecked(_) => format!(
-                    "{} report, its signature NOT CHECKED by this runner",
+                    "{} report, its signature NOT CHECKED (no VCEK in its auxblob)",
                     verdict.hardware()
                 ),
-                HardwareSignature::Verified(tcb) => {
-                    format!("{} report verified, TCB {}", verdict.hardware(), tcb.status)
-                }
+                HardwareSignature::Verified { root, tcb } => format!(
+                    "{} report verified to {root}, TCB {}",
+                    verdict.hardware(),
+                    tcb.status
+                ),
             },
             verdict.evidence,
         ),

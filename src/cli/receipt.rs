@@ -45,6 +45,10 @@ pub struct VerifyArgs {
     /// certificate requires TDX attestation; checked at the time the run started).
     #[arg(long, value_name = "FILE")]
     collateral: Option<PathBuf>,
+    /// The VCEK certificate (PEM or DER) for the SEV-SNP report in the run's attestation.json,
+    /// when its auxblob does not carry it.
+    #[arg(long, value_name = "FILE")]
+    vcek: Option<PathBuf>,
     /// Print the verified receipt as JSON.
     #[arg(long)]
     json: bool,
@@ -92,7 +96,17 @@ pub fn verify(args: VerifyArgs) -> CliResult {
         Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "collateral")?),
         None => None,
     };
-    let attestation = verify_run_attestation(&verified, &cert, &dir, collateral.as_deref())?;
+    let vcek = match &args.vcek {
+        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "VCEK certificate")?),
+        None => None,
+    };
+    let attestation = verify_run_attestation(
+        &verified,
+        &cert,
+        &dir,
+        collateral.as_deref(),
+        vcek.as_deref(),
+    )?;
     let facts = verified.facts();
     if let Some(path) = &args.inputs {
         let bytes = read_bounded(path, MAX_CHECKED_BYTES, "inputs")?;

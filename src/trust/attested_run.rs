@@ -71,13 +71,14 @@ impl Diagnose for RunAttestationError {
 }
 
 /// Check the evidence of a verified receipt, read from `dir`, against `cert`; `collateral` is
-/// the DCAP collateral for a TDX quote. `None` when the receipt has no attestation and the
+/// the DCAP collateral for a TDX quote, `vcek` the VCEK for an SEV-SNP report. `None` when the receipt has no attestation and the
 /// certificate requires none.
 pub fn verify_run_attestation(
     receipt: &VerifiedReceipt,
     cert: &Certificate,
     dir: &Path,
     collateral: Option<&[u8]>,
+    vcek: Option<&[u8]>,
 ) -> Result<Option<Verdict>, RunAttestationError> {
     let facts = receipt.facts();
     let required = cert.payload().attestation.as_ref();
@@ -99,6 +100,7 @@ pub fn verify_run_attestation(
     let nonce = run_nonce(facts.certificate_digest, facts.job_digest, recorded.salt);
     let check = Check {
         collateral,
+        vcek,
         nonce: Some(&nonce.0),
         // Was the platform's TCB good when the job ran?
         at: facts.started_at,

@@ -260,6 +260,24 @@ fn verify_attestation_checks_a_real_quote_and_refuses_someone_elses_user_data() 
     env.fails(&late, 3, "TCBInfo expired");
     env.fails(&check[..2], 2, "which was not given");
     assert!(Path::new(&env.path("evidence.json")).exists());
+
+    // A real SEV-SNP report, checked with its VCEK given by the verifier: AMD signed it, and
+    // its user data is someone else's.
+    let kernel = FakeKernel::new("sev_guest", |_| fixture("snp_milan_report.bin"));
+    let bytes = attest(&subject, b"", Source::Tsm(&kernel, root())).unwrap();
+    env.write("snp.json", bytes);
+    env.write("vcek.pem", fixture("snp_milan_vcek.pem"));
+    env.fails(
+        &["verify-attestation", "snp.json", "--vcek", "vcek.pem"],
+        3,
+        "the report was made for someone else's data",
+    );
+    env.write("other.der", fixture("snp_genoa_vcek.der"));
+    env.fails(
+        &["verify-attestation", "snp.json", "--vcek", "other.der"],
+        3,
+        "the SEV-SNP report's signature does not verify with the VCEK",
+    );
 }
 
 #[test]

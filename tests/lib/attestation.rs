@@ -8,6 +8,7 @@ use runner::attestation::binding::Binding;
 use runner::attestation::evidence::{
     attest, read_evidence, EvidenceError, Source, Subject, EVIDENCE_PAYLOAD_TYPE,
 };
+use runner::attestation::snp::{self, SnpSignatureError};
 use runner::attestation::tdx::{self, QuoteError};
 use runner::attestation::tsm::{request_report, Kernel, TsmError};
 use runner::attestation::verify::{verify_evidence, AttestationError, Check, HardwareSignature};
@@ -217,6 +218,7 @@ fn someone_elses_quote_is_refused_by_the_binding_check() {
     let collateral = fixture("tdx_quote_collateral.json");
     let check = Check {
         collateral: Some(&collateral),
+        vcek: None,
         nonce: None,
         at: sample_time(),
     };
@@ -235,6 +237,7 @@ fn a_quote_the_hardware_did_not_sign_is_refused_and_tdx_needs_collateral() {
     let collateral = fixture("tdx_quote_collateral.json");
     let mut check = Check {
         collateral: None,
+        vcek: None,
         nonce: None,
         at: sample_time(),
     };
@@ -254,6 +257,7 @@ fn no_hardware_evidence_verifies_as_no_hardware_and_checks_the_nonce() {
     let bytes = attest(&runner.subject(), &[1, 2], Source::NoHardware).unwrap();
     let mut check = Check {
         collateral: None,
+        vcek: None,
         nonce: None,
         at: Timestamp::now(),
     };
@@ -280,6 +284,7 @@ fn snp_reports_are_bound_but_their_signature_is_said_to_be_unchecked() {
     let bytes = attest(&runner.subject(), b"n", Source::Tsm(&kernel, root())).unwrap();
     let check = Check {
         collateral: None,
+        vcek: None,
         nonce: Some(b"n"),
         at: Timestamp::now(),
     };
@@ -328,4 +333,109 @@ fn an_edited_document_is_refused() {
         attest(&runner.subject(), &long, Source::NoHardware),
         Err(EvidenceError::Nonce(65))
     ));
+}
+
+/// The real SEV-SNP reports' MEASUREMENTs (Project Oak's test evidence; README there).
+const MILAN_MEASUREMENT: &str = "195b01b74976a1faba13bd85eaf787958f0a46e6dddd45c5bdbf8673522777842b8057ae5d866b75416efb62012deaa3";
+
+#[test]
+fn real_snp_reports_verify_to_amds_roots_and_a_changed_byte_does_not() {
+    let milan = fixture("snp_milan_report.bin");
+    let milan_vcek = fixture("snp_milan_vcek.pem");
+    let v = snp::verify(&milan, &milan_vcek).unwrap();
+    assert_eq!(v.product, "Milan");
+    assert_eq!(v.reported_tcb, "bootloader 4, tee 0, snp 24, microcode 219");
+    let parsed = snp::parse(&milan).unwrap();
+    assert_eq!(
+        hex::encode(parsed.measurement("measurement").unwrap()),
+        MILAN_MEASUREMENT
+    );
+    assert_eq!(
+        hex::encode(parsed.measurement("policy").unwrap()),
+        "0000000000030000"
+    );
+    assert!(!parsed.debug);
+
+    let genoa = fixture("snp_genoa_report.bin");
+    let genoa_vcek = fixture("snp_genoa_vcek.der");
+    assert_eq!(snp::verify(&genoa, &genoa_vcek).unwrap().product, "Genoa");
+
+    // REPORT_DATA, MEASUREMENT, the signature's r.
+    for at in [0x50, 0x90, 0x2A0] {
+        let mut r = milan.clone();
+        r[at] ^= 1;
+        assert_eq!(
+            snp::verify(&r, &milan_vcek),
+            Err(SnpSignatureError::Rejected),
+            "byte {at:#x}"
+        );
+    }
+    // Another chip's VCEK, and a certificate that is not a VCEK.
+    assert_eq!(
+        snp::verify(&milan, &genoa_vcek),
+        Err(SnpSignatureError::Rejected)
+    );
+    assert!(matches!(
+        snp::verify(&milan, b"not a certificate"),
+        Err(SnpSignatureError::Vcek(_))
+    ));
+}
+
+/// An extended report's certificate table holding `vcek` (GUID, offset, length; zero entry).
+fn cert_table(vcek: &[u8]) -> Vec<u8> {
+    let guid = [
+        0x63, 0xda, 0x75, 0x8d, 0xe6, 0x64, 0x45, 0x64, 0xad, 0xc5, 0xf4, 0xb9, 0x3b, 0xe8, 0xac,
+        0xcd,
+    ];
+    let ark = [
+        0xc0, 0xb4, 0x06, 0xa4, 0xa8, 0x03, 0x49, 0x52, 0x97, 0x43, 0x3f, 0xb6, 0x01, 0x4c, 0xd0,
+        0xae,
+    ];
+    let mut t = Vec::new();
+    // An ARK entry first (empty), so the VCEK is found by its GUID, not its place.
+    t.extend_from_slice(&ark);
+    t.extend_from_slice(&72u32.to_le_bytes());
+    t.extend_from_slice(&0u32.to_le_bytes());
+    t.extend_from_slice(&guid);
+    t.extend_from_slice(&72u32.to_le_bytes());
+    t.extend_from_slice(&(vcek.len() as u32).to_le_bytes());
+    t.extend_from_slice(&[0; 24]);
+    t.extend_from_slice(vcek);
+    t
+}
+
+#[test]
+fn a_real_snp_report_is_checked_with_the_vcek_from_the_auxblob_and_its_binding_refused() {
+    let runner = Runner::new();
+    let mut kernel = FakeKernel::new("sev_guest", |_| fixture("snp_milan_report.bin"));
+    let vcek = fixture("snp_milan_vcek.pem");
+    assert_eq!(
+        snp::vcek_from_auxblob(&cert_table(&vcek)),
+        Some(vcek.clone())
+    );
+    assert_eq!(snp::vcek_from_auxblob(&cert_table(&vcek)[..60]), None);
+    kernel.auxblob = Some(cert_table(&vcek));
+    let bytes = attest(&runner.subject(), b"n", Source::Tsm(&kernel, root())).unwrap();
+    let check = Check {
+        collateral: None,
+        vcek: None,
+        nonce: None,
+        at: Timestamp::now(),
+    };
+    // The signature verifies (it is AMD's), so what refuses it is the binding.
+    let e = verify_evidence(&bytes, &check).unwrap_err();
+    assert!(matches!(e, AttestationError::Binding), "{e}");
+
+    // A report the hardware did not sign, with a real VCEK given by the verifier.
+    let unsigned = FakeKernel::new("sev_guest", |inblob| snp_report(inblob, 0x11, 0x30000));
+    let bytes = attest(&runner.subject(), b"n", Source::Tsm(&unsigned, root())).unwrap();
+    let check = Check {
+        vcek: Some(&vcek),
+        ..check
+    };
+    let e = verify_evidence(&bytes, &check).unwrap_err();
+    assert!(
+        matches!(e, AttestationError::Snp(SnpSignatureError::Rejected)),
+        "{e}"
+    );
 }
