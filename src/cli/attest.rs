@@ -1,11 +1,11 @@
 //! `runner attest` (evidence from the hardware that binds the runner's keys) and
 //! `runner verify-attestation` (what an owner runs before encrypting to the recipient).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::{print, CliResult};
+use super::{print, CliError, CliResult};
 use crate::attestation::evidence::MAX_EVIDENCE_BYTES;
 use crate::attestation::tsm::{tsm_root, Kernel, TsmError};
 use crate::attestation::{
@@ -15,6 +15,7 @@ use crate::attestation::{
 use crate::job::state::{state_dir, StateDir};
 use crate::primitives::atomic_file::{write_atomic, Overwrite};
 use crate::primitives::bounded_read::{read_bounded, MAX_DOCUMENT_BYTES};
+use crate::primitives::keys::SecretKey;
 use crate::primitives::time::Timestamp;
 use crate::trust::receipt::RunnerIdentity;
 
@@ -96,18 +97,55 @@ pub struct VerifyAttestationArgs {
     json: bool,
 }
 
+/// The runner's keys and binary, as evidence binds them.
+pub(super) struct RunnerKeys {
+    pub(super) key: SecretKey,
+    pub(super) recipient: String,
+    pub(super) runner: RunnerIdentity,
+}
+
+impl RunnerKeys {
+    pub(super) fn of(state: &StateDir) -> Result<RunnerKeys, CliError> {
+        Ok(RunnerKeys {
+            key: state.signing_key()?,
+            recipient: state.recipient()?,
+            runner: RunnerIdentity::current()?,
+        })
+    }
+
+    pub(super) fn subject(&self) -> Subject<'_> {
+        Subject {
+            key: &self.key,
+            age_recipient: &self.recipient,
+            runner_digest: self.runner.executable_digest,
+            runner_version: &self.runner.version,
+        }
+    }
+}
+
+/// What a verifier brings for the hardware's signature: TDX collateral, an SEV-SNP VCEK.
+pub(super) struct VendorFiles {
+    pub(super) collateral: Option<Vec<u8>>,
+    pub(super) vcek: Option<Vec<u8>>,
+}
+
+impl VendorFiles {
+    pub(super) fn read(collateral: Option<&Path>, vcek: Option<&Path>) -> Result<Self, CliError> {
+        let read =
+            |path: Option<&Path>, what| path.map(|p| read_bounded(p, MAX_DOCUMENT_BYTES, what));
+        Ok(VendorFiles {
+            collateral: read(collateral, "collateral").transpose()?,
+            vcek: read(vcek, "VCEK certificate").transpose()?,
+        })
+    }
+}
+
 /// Ask the hardware for a report and write the evidence document.
 pub fn attest(args: AttestArgs) -> CliResult {
     let state = StateDir::open(&state_dir(args.state_dir.as_deref()))?;
-    let key = state.signing_key()?;
-    let recipient = state.recipient()?;
-    let runner = RunnerIdentity::current()?;
-    let subject = Subject {
-        key: &key,
-        age_recipient: &recipient,
-        runner_digest: runner.executable_digest,
-        runner_version: &runner.version,
-    };
+    let keys = RunnerKeys::of(&state)?;
+    let (key, recipient, runner) = (&keys.key, &keys.recipient, &keys.runner);
+    let subject = keys.subject();
     let nonce = args.nonce.map(|n| n.0).unwrap_or_default();
     let root = tsm_root(args.tsm_root.as_deref());
     let bytes = match make_evidence(&subject, &nonce, Source::Tsm(&Kernel, &root)) {
@@ -169,17 +207,10 @@ pub fn attest(args: AttestArgs) -> CliResult {
 /// Check an evidence document and print what it proves.
 pub fn verify_attestation(args: VerifyAttestationArgs) -> CliResult {
     let bytes = read_bounded(&args.evidence, MAX_EVIDENCE_BYTES, "evidence")?;
-    let collateral = match &args.collateral {
-        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "collateral")?),
-        None => None,
-    };
-    let vcek = match &args.vcek {
-        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "VCEK certificate")?),
-        None => None,
-    };
+    let vendor = VendorFiles::read(args.collateral.as_deref(), args.vcek.as_deref())?;
     let check = Check {
-        collateral: collateral.as_deref(),
-        vcek: vcek.as_deref(),
+        collateral: vendor.collateral.as_deref(),
+        vcek: vendor.vcek.as_deref(),
         nonce: args.nonce.as_ref().map(|n| n.0.as_slice()),
         at: args.at.unwrap_or_else(Timestamp::now),
     };

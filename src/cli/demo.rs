@@ -11,7 +11,7 @@ use super::{print, CliError, CliResult};
 use crate::attestation::tsm::{tsm_root, Kernel, TsmAccess, TsmError};
 use crate::attestation::{
     attest, read_evidence, verify_evidence, AttestationError, Check, EvidenceError,
-    HardwareSignature, Source, Subject,
+    HardwareSignature, Source,
 };
 use crate::error::{Diagnose, Exit};
 use crate::job::exec::ExecRequest;
@@ -29,7 +29,7 @@ use crate::restrict::{check, Checked};
 use crate::sealing::{open, seal, SealKey};
 use crate::trust::certificate::{build_payload, Certificate, EngineFacts, Terms};
 use crate::trust::config::TrustConfig;
-use crate::trust::receipt::{verify_receipt, RunnerIdentity, OUTPUTS_COMMITMENT_CONTEXT};
+use crate::trust::receipt::{verify_receipt, OUTPUTS_COMMITMENT_CONTEXT};
 
 const ENGINE: &str = include_str!("../../engines/gemma3.eng");
 /// The file `scripts/fetch_model.sh gemma3-270m` caches under `models/`.
@@ -367,15 +367,8 @@ fn approve(
 /// Step 6: the runner attests (the hardware's report, or evidence marked "none" where there
 /// is none), and the owner checks the evidence and takes the recipient to seal to from it.
 fn attest_runner(dir: &Path, keys: &Keys, tsm_root: &Path) -> Result<String, CliError> {
-    let key = keys.state.signing_key()?;
-    let recipient = keys.state.recipient()?;
-    let runner = RunnerIdentity::current()?;
-    let subject = Subject {
-        key: &key,
-        age_recipient: &recipient,
-        runner_digest: runner.executable_digest,
-        runner_version: &runner.version,
-    };
+    let runner = super::attest::RunnerKeys::of(&keys.state)?;
+    let subject = runner.subject();
     let mut nonce = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
         .map_err(|_| DemoError::NoRandomness)?;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
-use crate::primitives::bounded_read::{read_bounded, MAX_DOCUMENT_BYTES};
+use crate::primitives::bounded_read::read_bounded;
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::PublicKey;
 use crate::sealing::{is_age, open, OpenError, SealKey};
@@ -92,20 +92,14 @@ pub fn verify(args: VerifyArgs) -> CliResult {
             path: args.receipt.clone(),
             source,
         })?;
-    let collateral = match &args.collateral {
-        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "collateral")?),
-        None => None,
-    };
-    let vcek = match &args.vcek {
-        Some(path) => Some(read_bounded(path, MAX_DOCUMENT_BYTES, "VCEK certificate")?),
-        None => None,
-    };
+    let vendor =
+        super::attest::VendorFiles::read(args.collateral.as_deref(), args.vcek.as_deref())?;
     let attestation = verify_run_attestation(
         &verified,
         &cert,
         &dir,
-        collateral.as_deref(),
-        vcek.as_deref(),
+        vendor.collateral.as_deref(),
+        vendor.vcek.as_deref(),
     )?;
     let facts = verified.facts();
     if let Some(path) = &args.inputs {

@@ -202,7 +202,7 @@ pub fn exec(
 }
 
 /// The admitted job's registries updated (before the run, so a failed run still retires what
-/// it replaced), its key loaded, the run.
+/// it replaced), then the run, signed with `key`.
 fn run_admitted(
     registry: &Registry,
     admitted: Admitted,
