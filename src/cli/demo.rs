@@ -151,6 +151,7 @@ pub fn demo(args: DemoArgs) -> CliResult {
             fs: &Kernel,
             root: &tsm_root,
         },
+        shard: None,
         now: time::OffsetDateTime::now_utc(),
     };
     let result = exec(&request)?;

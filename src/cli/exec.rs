@@ -7,6 +7,7 @@ use super::{print, CliResult};
 use crate::attestation::tsm::{tsm_root, Kernel, TsmAccess};
 use crate::job::exec::ExecRequest;
 use crate::job::run::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
+use crate::job::shard::{Shard, COMPLETION_INDEX_ENV};
 use crate::job::state::{state_dir, StateDir};
 use crate::trust::config::DEFAULT_TRUST_FILE;
 
@@ -29,6 +30,14 @@ pub struct ExecArgs {
     /// attestation (default: $RUNNER_TSM_ROOT, else /sys/kernel/config/tsm).
     #[arg(long, value_name = "DIR")]
     pub tsm_root: Option<PathBuf>,
+    /// Run only shard K of N (from 0): a contiguous range of the inputs that depends only on
+    /// their number and N. The whole job is admitted first; the shard publishes into
+    /// output_dir/shard-K-of-N/, and `runner merge` joins the shards (docs/scale-out.md).
+    #[arg(long, value_name = "K/N", value_parser = Shard::parse, conflicts_with = "shard_from_env")]
+    pub shard: Option<Shard>,
+    /// Run shard $JOB_COMPLETION_INDEX of N (what a Kubernetes Indexed Job gives each pod).
+    #[arg(long, value_name = "N")]
+    pub shard_from_env: Option<u32>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -39,6 +48,14 @@ pub fn exec(args: ExecArgs) -> CliResult {
     let state = StateDir::open(&state_dir(args.state_dir.as_deref()))?;
     let bar = super::progress::Bar::new(args.quiet);
     let tsm_root = tsm_root(args.tsm_root.as_deref());
+    let shard = match (args.shard, args.shard_from_env) {
+        (Some(s), _) => Some(s),
+        (None, Some(n)) => Some(
+            Shard::from_env(n, std::env::var_os(COMPLETION_INDEX_ENV))
+                .map_err(|why| super::UsageError(format!("--shard-from-env: {why}")))?,
+        ),
+        (None, None) => None,
+    };
     let request = ExecRequest {
         cert: &args.cert,
         job: &args.job,
@@ -48,14 +65,22 @@ pub fn exec(args: ExecArgs) -> CliResult {
             fs: &Kernel,
             root: &tsm_root,
         },
+        shard,
         now: time::OffsetDateTime::now_utc(),
     };
     let result = crate::job::exec::exec(&request, &mut |p| bar.update(p));
     drop(bar);
     let result = result?;
     let c = &result.facts.counts;
+    let part = match &result.facts.shard {
+        Some(s) => format!(
+            "shard {} of {} (inputs {} to {} of {}): ",
+            s.index, s.count, s.start, s.end, s.inputs_total
+        ),
+        None => String::new(),
+    };
     print(&format!(
-        "ran {} inputs ({} tokens generated; {} stopped, {} hit max_new_tokens)\n\
+        "{part}ran {} inputs ({} tokens generated; {} stopped, {} hit max_new_tokens)\n\
          wrote {} and {}{} in {}\n\
          certificate {}  engine {}  policy_id {}  model {}\n",
         c.inputs,

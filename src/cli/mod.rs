@@ -19,6 +19,7 @@ mod demo;
 mod exec;
 mod identity;
 mod keys;
+mod merge;
 mod policy;
 mod progress;
 mod receipt;
@@ -69,6 +70,8 @@ enum Command {
     VerifyCert(cert::VerifyCertArgs),
     /// Verify a receipt: its signature, its certificate, and the output files it names.
     Verify(receipt::VerifyArgs),
+    /// Join the shards of a job (exec --shard K/N) into one verifiable result.
+    Merge(merge::MergeArgs),
     /// Open sealed outputs with a recipient's age identity (as `age -d -i KEY` does).
     Decrypt(decrypt::DecryptArgs),
     /// Work with the audit log of exec attempts.
@@ -184,6 +187,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Inspect(args) => cert::inspect(args),
         Command::VerifyCert(args) => cert::verify_cert(args),
         Command::Verify(args) => receipt::verify(args),
+        Command::Merge(args) => merge::merge(args),
         Command::Decrypt(args) => decrypt::decrypt(args),
         Command::Audit(args) => audit::audit(args),
         Command::Exec(args) => exec::exec(args),

@@ -10,6 +10,8 @@ use crate::primitives::digest::Digest;
 use crate::primitives::keys::PublicKey;
 use crate::sealing::{is_age, open, OpenError, SealKey};
 use crate::trust::attested_run::verify_run_attestation;
+use crate::trust::certificate::Certificate;
+use crate::trust::merge::{is_merged, verify_merged};
 use crate::trust::receipt::{
     read_receipt_file, verify_receipt, ReceiptError, VerifiedReceipt, INPUTS_COMMITMENT_CONTEXT,
     OUTPUTS_COMMITMENT_CONTEXT, SEALED_OUTPUTS_FILE,
@@ -20,15 +22,19 @@ use zeroize::Zeroizing;
 /// Flags of `runner verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// The receipt (receipt.json, written by `runner exec` beside the outputs).
-    #[arg(value_name = "RECEIPT")]
+    /// The receipt (receipt.json, written by `runner exec` beside the outputs), or a directory
+    /// `runner merge` wrote (checked with --runner-keys).
+    #[arg(value_name = "RECEIPT|MERGED_DIR")]
     receipt: PathBuf,
     /// The certificate the job ran under.
     #[arg(long, value_name = "FILE")]
     cert: PathBuf,
     /// The runner's public key (RUNNER.key.pub), obtained from the operator out of band.
-    #[arg(long, value_name = "FILE")]
-    runner_key: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "runner_keys")]
+    runner_key: Option<PathBuf>,
+    /// For a merged directory: a file naming the shard runners' public keys, one per line.
+    #[arg(long, value_name = "FILE", conflicts_with = "runner_key")]
+    runner_keys: Option<PathBuf>,
     /// Directory holding the output files (default: the receipt's directory).
     #[arg(long, value_name = "DIR")]
     outputs: Option<PathBuf>,
@@ -81,7 +87,17 @@ fn parent_dir(path: &Path) -> PathBuf {
 /// Verify the receipt and print what it binds.
 pub fn verify(args: VerifyArgs) -> CliResult {
     let cert = super::cert::load_certificate(&args.cert)?;
-    let runner_key = PublicKey::load(&args.runner_key)?;
+    if is_merged(&args.receipt) {
+        return verify_merged_dir(&args, &cert);
+    }
+    let Some(key_path) = &args.runner_key else {
+        return Err(super::UsageError(format!(
+            "{} is not a merged directory: pass the runner's key with --runner-key",
+            args.receipt.display()
+        ))
+        .into());
+    };
+    let runner_key = PublicKey::load(key_path)?;
     let bytes = read_receipt_file(&args.receipt)?;
     let dir = args
         .outputs
@@ -146,6 +162,49 @@ pub fn verify(args: VerifyArgs) -> CliResult {
         None => text += "attestation  none (the certificate does not require it)\n",
     }
     print(&text)
+}
+
+/// `verify` of a directory `runner merge` wrote.
+fn verify_merged_dir(args: &VerifyArgs, cert: &Certificate) -> CliResult {
+    let Some(keys) = &args.runner_keys else {
+        return Err(super::UsageError(format!(
+            "{} is a merged directory: pass the shard runners' keys with --runner-keys FILE",
+            args.receipt.display()
+        ))
+        .into());
+    };
+    let keys = super::merge::load_runner_keys(keys)?;
+    let record = verify_merged(&args.receipt, cert, &keys)?;
+    if args.json {
+        return print(&format!(
+            "{:#}\n",
+            serde_json::json!({ "verified": true, "merge": record })
+        ));
+    }
+    let mut out = format!(
+        "merged result {} verified: {} shards of certificate {}, job {}, {} inputs; every shard \
+         receipt signed by a listed runner key, ranges tile every input once, every file is \
+         what the receipts bind\n",
+        args.receipt.display(),
+        record.shards.len(),
+        record.certificate_digest.to_hex(),
+        record.job_digest.to_hex(),
+        record.inputs_total,
+    );
+    for s in &record.shards {
+        out += &format!(
+            "  shard {:<4} inputs {}..{}  receipt {}  runner {}\n",
+            s.index,
+            s.start,
+            s.end,
+            s.receipt_digest.short(),
+            s.runner_key_id.short()
+        );
+    }
+    for o in &record.outputs {
+        out += &format!("  {}  blake3 {}\n", o.name, o.digest.blake3.to_hex());
+    }
+    print(&out)
 }
 
 /// The largest inputs or outputs file `verify` reads into memory.

@@ -34,6 +34,7 @@ use super::attest::{attest_run, AttestRefusal, Attester, RunEvidence};
 use super::generate::{GenerateError, Generator};
 use super::inputs::{inputs_cap, parse_inputs, Input, InputsError, Prompt};
 use super::publish::output_dir_in_use;
+use super::shard::Shard;
 use super::spec::{JobError, JobSpec};
 use super::superseded::History;
 use crate::error::{Diagnose, Exit};
@@ -53,6 +54,7 @@ use crate::sealing::{is_age, open as open_sealed, OpenError, SealKey};
 use crate::trust::certificate::{CertError, Certificate, RestrictReport};
 use crate::trust::config::TrustConfig;
 use crate::trust::receipt::{Commitment, INPUTS_COMMITMENT_CONTEXT};
+use crate::trust::shard::ShardFacts;
 use crate::trust::verify::{verify_certificate, VerifiedCertificate};
 
 /// The certificate and job file as submitted: each read once, bounded, and judged as these
@@ -107,6 +109,8 @@ pub struct Request<'a> {
     pub seal_key: &'a SealKey,
     /// How the runner asks its hardware for evidence, when the certificate requires it.
     pub attester: Attester<'a>,
+    /// The shard of the job to run (admission covers the whole job either way).
+    pub shard: Option<Shard>,
     /// The time to verify at.
     pub now: OffsetDateTime,
 }
@@ -124,6 +128,7 @@ pub struct Admitted {
     tokenizer_digest: Option<Digest>,
     generator: Generator,
     evidence: Option<RunEvidence>,
+    shard: Option<Shard>,
 }
 
 impl std::fmt::Debug for Admitted {
@@ -183,6 +188,24 @@ impl Admitted {
     /// The hardware's evidence for this run, under a certificate that requires it.
     pub fn evidence(&self) -> Option<&RunEvidence> {
         self.evidence.as_ref()
+    }
+    /// The inputs this run covers: its shard's range, or all of them.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        match self.shard {
+            Some(s) => s.range(self.inputs.len()),
+            None => 0..self.inputs.len(),
+        }
+    }
+    /// What the receipt records of the shard, if this run is one.
+    pub fn shard_facts(&self) -> Option<ShardFacts> {
+        self.shard.map(|s| s.facts(self.inputs.len()))
+    }
+    /// Where this run publishes: `output_dir`, or its shard's directory inside it.
+    pub fn output_dir(&self) -> PathBuf {
+        match self.shard {
+            Some(s) => self.job.output_dir.join(s.dir_name()),
+            None => self.job.output_dir.clone(),
+        }
     }
 }
 
@@ -604,6 +627,7 @@ pub struct JobFile {
     cert: VerifiedCertificate,
     spec: JobSpec,
     digest: Digest,
+    shard: Option<Shard>,
 }
 
 /// Step 2: the job file parses and its output directory is usable.
@@ -614,19 +638,21 @@ pub fn job_file(req: &Request<'_>, cert: VerifiedCertificate) -> Result<JobFile,
         path: sub.job_path.clone(),
     })?;
     let spec = JobSpec::parse(text, &sub.job_path)?;
-    check_output_dir(&spec, req.state_dir)?;
+    check_output_dir(&spec, req.state_dir, req.shard)?;
     Ok(JobFile {
         cert,
         spec,
         digest: sub.job_digest(),
+        shard: req.shard,
     })
 }
 
 /// Where the outputs go must be a fresh or empty directory of its own: not a symlink (which
 /// could aim the rename anywhere), under an existing parent, and not inside the runner's state
 /// or the model the owners approved. Checked before any hashing: finding this out after reading
-/// a multi-GiB model wastes the wait.
-fn check_output_dir(job: &JobSpec, state_dir: &Path) -> Result<(), Refusal> {
+/// a multi-GiB model wastes the wait. A shard publishes into its own directory inside
+/// `output_dir`, which other shards share: only the shard's directory must be unused.
+fn check_output_dir(job: &JobSpec, state_dir: &Path, shard: Option<Shard>) -> Result<(), Refusal> {
     let dir = &job.output_dir;
     let bad = |problem| Refusal::OutputDir {
         job: job.path.clone(),
@@ -657,8 +683,12 @@ fn check_output_dir(job: &JobSpec, state_dir: &Path) -> Result<(), Refusal> {
             }
         }
     }
-    if output_dir_in_use(dir) {
-        return Err(Refusal::OutputExists(dir.clone()));
+    let target = match shard {
+        Some(s) => dir.join(s.dir_name()),
+        None => dir.clone(),
+    };
+    if output_dir_in_use(&target) {
+        return Err(Refusal::OutputExists(target));
     }
     Ok(())
 }
@@ -856,11 +886,12 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
         None
     };
     let prompts = encode_prompts(&model, &inputs, tokenizer.as_ref().map(|(t, _)| t))?;
+    let inputs_commitment =
+        inputs_commitment(&model.engine.job, &bytes).ok_or(Refusal::NoRandomness)?;
     Ok(AdmittedInputs {
         model,
         inputs,
-        inputs_commitment: Commitment::new(INPUTS_COMMITMENT_CONTEXT, &bytes)
-            .ok_or(Refusal::NoRandomness)?,
+        inputs_commitment,
         inputs_ciphertext,
         prompts,
         tokenizer,
@@ -932,6 +963,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
     } = model;
     let ApprovedEngine { job, checked } = engine;
     let generator = Generator::new(checked, "main", Arc::new(checkpoint))?;
+    let shard = job.shard;
     let (tokenizer, tokenizer_digest) = match tokenizer {
         Some((t, d)) => (Some(t), Some(d)),
         None => (None, None),
@@ -948,8 +980,28 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         tokenizer_digest,
         generator,
         evidence: None,
+        shard,
     })
 }
+
+/// The salted commitment to the inputs. Every shard of a job must commit to the same value, so
+/// that a merge can tell they ran the same inputs: a shard's salt is derived from the
+/// certificate and job digests (public, as every receipt's salt is) instead of drawn.
+fn inputs_commitment(job: &JobFile, bytes: &[u8]) -> Option<Commitment> {
+    if job.shard.is_none() {
+        return Commitment::new(INPUTS_COMMITMENT_CONTEXT, bytes);
+    }
+    let mut both = job.cert.digest().0.to_vec();
+    both.extend_from_slice(&job.digest.0);
+    let salt = Digest::derive(SHARD_SALT_CONTEXT, &both);
+    Some(Commitment::with_salt(
+        INPUTS_COMMITMENT_CONTEXT,
+        salt,
+        bytes,
+    ))
+}
+
+const SHARD_SALT_CONTEXT: &str = "runner shard inputs commitment salt v1";
 
 /// How a value is spelled in job.toml and the policy (`"text"`), for messages.
 fn json_name<T: serde::Serialize>(value: &T) -> String {

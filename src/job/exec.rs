@@ -16,6 +16,7 @@ use super::admit::{admit, Admitted, Refusal, Request, Submission};
 use super::attest::Attester;
 use super::audit::{AuditError, AuditLog, AuditRecord, Outcome};
 use super::run::{run, Progress, RunFailure, RunResult};
+use super::shard::Shard;
 use super::state::{StateDir, StateError};
 use super::superseded::{Registry, RegistryError};
 use crate::attestation::tsm::TsmAccess;
@@ -90,6 +91,8 @@ pub struct ExecRequest<'a> {
     pub state: &'a StateDir,
     /// configfs-tsm, asked for evidence when the certificate requires attestation.
     pub tsm: TsmAccess<'a>,
+    /// The shard of the job to run, if it is cut into shards.
+    pub shard: Option<Shard>,
     /// The time to verify at.
     pub now: OffsetDateTime,
 }
@@ -187,6 +190,7 @@ pub fn exec(
             key: &signing_key,
             recipient: &recipient,
         },
+        shard: req.shard,
         now: req.now,
     };
     let admitted = admit(&request).map_err(|e| attempt.end(Outcome::Refused, e.into()))?;

@@ -13,6 +13,7 @@ pub mod model_value;
 pub mod publish;
 pub mod registry;
 pub mod run;
+pub mod shard;
 pub mod spec;
 pub mod state;
 pub mod superseded;

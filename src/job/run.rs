@@ -181,7 +181,9 @@ pub fn run(
     on_batch: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, RunFailure> {
     let job = admitted.job();
-    check_output_dir(&job.output_dir)?;
+    let output_dir = admitted.output_dir();
+    check_output_dir(&output_dir)?;
+    let range = admitted.range();
     let started_at = Timestamp::now();
     let started = std::time::Instant::now();
     let g = &job.generation;
@@ -201,10 +203,10 @@ pub fn run(
         finish_reasons: FinishReasons { stop: 0, length: 0 },
     };
     let batch = g.batch_size.max(1) as usize;
-    for (inputs, prompts) in admitted
-        .inputs()
+    let inputs_total = range.len();
+    for (inputs, prompts) in admitted.inputs()[range.clone()]
         .chunks(batch)
-        .zip(admitted.prompts().chunks(batch))
+        .zip(admitted.prompts()[range].chunks(batch))
     {
         let generated = admitted.generator().generate(prompts, &settings, |_| {})?;
         for (input, out) in inputs.iter().zip(generated) {
@@ -232,7 +234,7 @@ pub fn run(
         }
         on_batch(&Progress {
             inputs_done: counts.inputs as usize,
-            inputs_total: admitted.inputs().len(),
+            inputs_total,
             generated_tokens: counts.generated_tokens,
             elapsed: started.elapsed(),
         });
@@ -279,6 +281,7 @@ pub fn run(
         finished_at: Timestamp::now(),
         counts,
         attestation: admitted.evidence().map(|e| e.facts.clone()),
+        shard: admitted.shard_facts(),
     };
     let mut files: Vec<(&str, &[u8])> = vec![(outputs_name, &outputs)];
     if let Some(evidence) = admitted.evidence() {
@@ -286,9 +289,16 @@ pub fn run(
     }
     let receipt = sign_receipt(&facts, &files, runner_key)?;
     files.push((RECEIPT_FILE, &receipt));
-    publish(&job.output_dir, &files)?;
+    if admitted.shard_facts().is_some() {
+        // The shards' shared parent; each shard's own directory appears whole, by rename.
+        std::fs::create_dir_all(&job.output_dir).map_err(|source| RunFailure::Io {
+            path: job.output_dir.clone(),
+            source,
+        })?;
+    }
+    publish(&output_dir, &files)?;
     Ok(RunResult {
-        output_dir: job.output_dir.clone(),
+        output_dir,
         facts,
         outputs_name,
         outputs,

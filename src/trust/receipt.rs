@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::certificate::Certificate;
 use super::generation::Generation;
 use super::run_attestation::RunAttestation;
+use super::shard::ShardFacts;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::bounded_read::{open_regular, read_bounded, ReadError};
 use crate::primitives::canonical::{parse_strict, to_canonical_from};
@@ -272,6 +273,10 @@ pub struct RunFacts {
     /// `null`) otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<RunAttestation>,
+    /// The shard this run was, for a job cut into shards (`exec --shard K/N`); absent (not
+    /// `null`) for a whole job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardFacts>,
 }
 
 impl RunFacts {
@@ -300,6 +305,18 @@ impl RunFacts {
         }
         if self.sealed.outputs != self.outputs_commitment.is_some() {
             return Err("field `sealed.outputs` disagrees with `outputs_commitment`".into());
+        }
+        if let Some(s) = &self.shard {
+            if !s.is_consistent() {
+                return Err(
+                    "field `shard`: the range is not shard `index` of `count` over \
+                     `inputs_total` inputs"
+                        .into(),
+                );
+            }
+            if s.end - s.start != self.counts.inputs {
+                return Err("field `shard`: the range's length is not `counts.inputs`".into());
+            }
         }
         Ok(())
     }
@@ -953,6 +970,7 @@ mod tests {
                 finish_reasons: FinishReasons { stop: 2, length: 1 },
             },
             attestation: None,
+            shard: None,
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(OUTPUTS_FILE), OUTPUT).unwrap();

@@ -48,6 +48,7 @@ fn exec_on(env: &Env, kernel: &FakeKernel) -> Result<(), runner::job::exec::Exec
             fs: kernel,
             root: root(),
         },
+        shard: None,
         now: time::OffsetDateTime::now_utc(),
     };
     exec(&request, &mut |_| {}).map(|_| ())

@@ -681,6 +681,7 @@ fn a_model_written_during_the_run_signs_nothing() {
             key: &key,
             recipient: &state.recipient().unwrap(),
         },
+        shard: None,
         now: time::OffsetDateTime::now_utc(),
     };
     let admitted = admit(&request).unwrap();

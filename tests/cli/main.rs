@@ -13,6 +13,7 @@ mod gguf;
 mod reapproval;
 mod receipt;
 mod restrict;
+mod scale_out;
 mod sealing;
 mod security;
 mod trust;

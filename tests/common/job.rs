@@ -205,6 +205,11 @@ impl Env {
             .collect()
     }
 
+    /// The lines of `<dir>/outputs.jsonl`.
+    pub fn outputs_of(&self, dir: &str) -> Vec<Value> {
+        self.outputs_in(dir)
+    }
+
     fn outputs_in(&self, out: &str) -> Vec<Value> {
         self.read(&format!("{out}/outputs.jsonl"))
             .lines()

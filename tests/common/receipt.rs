@@ -70,6 +70,7 @@ impl Env {
                 finish_reasons: FinishReasons { stop: 1, length: 0 },
             },
             attestation: None,
+            shard: None,
         }
     }
 

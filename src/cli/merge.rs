@@ -1,0 +1,78 @@
+//! `runner merge`: join the shards of a job (each `exec --shard K/N`) into one directory whose
+//! every part is bound by the shards' receipts; it needs no secret and runs anywhere.
+
+use std::path::{Path, PathBuf};
+
+use super::{print, CliError, CliResult};
+use crate::job::publish::publish;
+use crate::primitives::bounded_read::{read_bounded_text, MAX_TEXT_BYTES};
+use crate::primitives::keys::PublicKey;
+use crate::trust::merge::{merge as merge_shards, MERGE_FILE};
+
+/// Flags of `runner merge`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Checks every shard's receipt (signed by one of the runner keys, under the certificate), that \
+they are shards of the same job and inputs, and that their indices are exactly 0..N-1, so their \
+ranges tile every input once. Writes OUT (atomically, like exec): outputs.jsonl in input order \
+(sealed outputs stay each shard's ciphertext, shard-K-of-N.outputs.jsonl.age), every shard's \
+receipt as shard-K-of-N.receipt.json, and merge.json listing them. `runner verify OUT --cert \
+CERT --runner-keys FILE` checks it all again.")]
+pub struct MergeArgs {
+    /// The shard directories (output_dir/shard-K-of-N/ of each run), in any order.
+    #[arg(value_name = "SHARD_DIR", required = true)]
+    shards: Vec<PathBuf>,
+    /// The certificate the shards ran under.
+    #[arg(long, value_name = "FILE")]
+    cert: PathBuf,
+    /// The runner keys to trust: a text file naming one runner.key.pub per line (relative to
+    /// the file; `#` comments), one for each shard's runner.
+    #[arg(long, value_name = "FILE")]
+    runner_keys: PathBuf,
+    /// Where to write the merged result (a new directory).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+/// The keys a `--runner-keys` file names.
+pub(super) fn load_runner_keys(path: &Path) -> Result<Vec<PublicKey>, CliError> {
+    let text = read_bounded_text(path, MAX_TEXT_BYTES, "runner keys file")?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut keys = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        keys.push(PublicKey::load(&base.join(line))?);
+    }
+    if keys.is_empty() {
+        return Err(super::UsageError(format!(
+            "runner keys file {} names no key: list one runner.key.pub per line",
+            path.display()
+        ))
+        .into());
+    }
+    Ok(keys)
+}
+
+/// Merge the shards and write the result.
+pub fn merge(args: MergeArgs) -> CliResult {
+    let cert = super::cert::load_certificate(&args.cert)?;
+    let keys = load_runner_keys(&args.runner_keys)?;
+    crate::job::publish::check_output_dir(&args.out)?;
+    let (record, files) = merge_shards(&cert, &keys, &args.shards)?;
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice()))
+        .collect();
+    publish(&args.out, &refs)?;
+    print(&format!(
+        "merged {} shards ({} inputs) of certificate {} into {}: {} output files, the shard \
+         receipts and {MERGE_FILE}\n",
+        record.shards.len(),
+        record.inputs_total,
+        record.certificate_digest.short(),
+        args.out.display(),
+        record.outputs.len(),
+    ))
+}
