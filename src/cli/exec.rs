@@ -71,6 +71,9 @@ pub fn exec(args: ExecArgs) -> CliResult {
     let result = crate::job::exec::exec(&request, &mut |p| bar.update(p));
     drop(bar);
     let result = result?;
+    for notice in &result.notices {
+        eprintln!("notice: {notice}");
+    }
     let c = &result.facts.counts;
     let part = match &result.facts.shard {
         Some(s) => format!(
@@ -78,6 +81,16 @@ pub fn exec(args: ExecArgs) -> CliResult {
             s.index, s.count, s.start, s.end, s.inputs_total
         ),
         None => String::new(),
+    };
+    let part = match result.facts.resumed_at {
+        Some(at) => format!(
+            "{part}resumed at input {at} of {} (an earlier attempt was cut short): ",
+            result
+                .facts
+                .shard
+                .map_or(result.facts.counts.inputs, |s| s.end)
+        ),
+        None => part,
     };
     print(&format!(
         "{part}ran {} inputs ({} tokens generated; {} stopped, {} hit max_new_tokens)\n\

@@ -14,6 +14,10 @@ pub struct InitArgs {
     /// /var/lib/runner. Every later command must find the same one.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Succeed without change when the directory is already initialised (a pod's init step
+    /// that runs again after a restart keeps the runner's identity).
+    #[arg(long)]
+    keep_existing: bool,
 }
 
 /// Flags of `runner identity`.
@@ -34,6 +38,18 @@ pub struct IdentityArgs {
 /// Create the state directory and the runner's signing key.
 pub fn init(args: InitArgs) -> CliResult {
     let dir = state_dir(args.state_dir.as_deref());
+    if args.keep_existing {
+        if let Ok(state) = StateDir::open(&dir) {
+            let public = state.public_key()?;
+            return print(&format!(
+                "the runner's state directory {} is already initialised: signing key {}, age \
+                 recipient {} (kept)\n",
+                state.path().display(),
+                public.key_id().to_hex(),
+                state.recipient()?,
+            ));
+        }
+    }
     let (state, public) = StateDir::init(&dir)?;
     print(&format!(
         "initialised the runner's state directory {} (mode 0700)\n\

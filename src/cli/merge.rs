@@ -8,6 +8,7 @@ use crate::job::publish::publish;
 use crate::primitives::bounded_read::{read_bounded_text, MAX_TEXT_BYTES};
 use crate::primitives::keys::PublicKey;
 use crate::trust::merge::{merge as merge_shards, MERGE_FILE};
+use crate::trust::receipt::RECEIPT_FILE;
 
 /// Flags of `runner merge`.
 #[derive(Debug, clap::Args)]
@@ -19,7 +20,9 @@ ranges tile every input once. Writes OUT (atomically, like exec): outputs.jsonl 
 receipt as shard-K-of-N.receipt.json, and merge.json listing them. `runner verify OUT --cert \
 CERT --runner-keys FILE` checks it all again.")]
 pub struct MergeArgs {
-    /// The shard directories (output_dir/shard-K-of-N/ of each run), in any order.
+    /// The shard directories (output_dir/shard-K-of-N/ of each run), in any order; a directory
+    /// without a receipt stands for every shard-K-of-N directory inside it (the job's
+    /// output_dir).
     #[arg(value_name = "SHARD_DIR", required = true)]
     shards: Vec<PathBuf>,
     /// The certificate the shards ran under.
@@ -55,12 +58,43 @@ pub(super) fn load_runner_keys(path: &Path) -> Result<Vec<PublicKey>, CliError> 
     Ok(keys)
 }
 
+/// Each directory, or, for one holding no receipt, the shard directories inside it.
+fn expand(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        if dir.join(RECEIPT_FILE).exists() {
+            out.push(dir.clone());
+            continue;
+        }
+        let mut inside: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("shard-") && n.contains("-of-"))
+            })
+            .collect();
+        inside.sort();
+        if inside.is_empty() {
+            // Let the merge say what is missing in it.
+            out.push(dir.clone());
+        }
+        out.extend(inside);
+    }
+    out
+}
+
 /// Merge the shards and write the result.
 pub fn merge(args: MergeArgs) -> CliResult {
     let cert = super::cert::load_certificate(&args.cert)?;
     let keys = load_runner_keys(&args.runner_keys)?;
     crate::job::publish::check_output_dir(&args.out)?;
-    let (record, files) = merge_shards(&cert, &keys, &args.shards)?;
+    let dirs = expand(&args.shards);
+    let (record, files) = merge_shards(&cert, &keys, &dirs)?;
     let refs: Vec<(&str, &[u8])> = files
         .iter()
         .map(|(n, b)| (n.as_str(), b.as_slice()))

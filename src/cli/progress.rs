@@ -29,8 +29,14 @@ impl Bar {
         self.0.set_length(p.inputs_total as u64);
         self.0.set_position(p.inputs_done as u64);
         let secs = p.elapsed.as_secs_f64().max(1e-9);
-        self.0
-            .set_message(format!("{:.1} tokens/s", p.generated_tokens as f64 / secs));
+        let resumed = match p.resumed_from {
+            Some(n) => format!("resumed at input {n} of {}; ", p.inputs_total),
+            None => String::new(),
+        };
+        self.0.set_message(format!(
+            "{resumed}{:.1} tokens/s",
+            p.generated_tokens as f64 / secs
+        ));
     }
 }
 

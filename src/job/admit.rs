@@ -33,6 +33,7 @@ use zeroize::Zeroizing;
 use super::attest::{attest_run, AttestRefusal, Attester, RunEvidence};
 use super::generate::{GenerateError, Generator};
 use super::inputs::{inputs_cap, parse_inputs, Input, InputsError, Prompt};
+use super::journal::Binding as JournalBinding;
 use super::publish::output_dir_in_use;
 use super::shard::Shard;
 use super::spec::{JobError, JobSpec};
@@ -129,6 +130,7 @@ pub struct Admitted {
     generator: Generator,
     evidence: Option<RunEvidence>,
     shard: Option<Shard>,
+    inputs_digest: Digest,
 }
 
 impl std::fmt::Debug for Admitted {
@@ -199,6 +201,16 @@ impl Admitted {
     /// What the receipt records of the shard, if this run is one.
     pub fn shard_facts(&self) -> Option<ShardFacts> {
         self.shard.map(|s| s.facts(self.inputs.len()))
+    }
+    /// What a resume journal of this run is bound to.
+    pub fn journal_binding(&self, runner_key: Digest) -> JournalBinding {
+        JournalBinding::new(
+            self.certificate.digest(),
+            self.job_digest,
+            self.inputs_digest,
+            self.shard.map(|s| [s.index, s.count]),
+            runner_key,
+        )
     }
     /// Where this run publishes: `output_dir`, or its shard's directory inside it.
     pub fn output_dir(&self) -> PathBuf {
@@ -783,6 +795,7 @@ pub struct AdmittedInputs {
     inputs: Vec<Input>,
     inputs_commitment: Commitment,
     inputs_ciphertext: Option<Digest>,
+    inputs_digest: Digest,
     prompts: Vec<Vec<u32>>,
     tokenizer: Option<(Tokenizer, Digest)>,
 }
@@ -892,6 +905,8 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
         model,
         inputs,
         inputs_commitment,
+        // Never published: only the runner's sealed resume journal holds it.
+        inputs_digest: Digest::derive("runner journal inputs v1", &bytes),
         inputs_ciphertext,
         prompts,
         tokenizer,
@@ -955,6 +970,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         inputs,
         inputs_commitment,
         inputs_ciphertext,
+        inputs_digest,
         prompts,
         tokenizer,
     } = inputs;
@@ -975,6 +991,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         inputs,
         inputs_commitment,
         inputs_ciphertext,
+        inputs_digest,
         prompts,
         tokenizer,
         tokenizer_digest,

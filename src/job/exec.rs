@@ -15,7 +15,8 @@ use time::OffsetDateTime;
 use super::admit::{admit, Admitted, Refusal, Request, Submission};
 use super::attest::Attester;
 use super::audit::{AuditError, AuditLog, AuditRecord, Outcome};
-use super::run::{run, Progress, RunFailure, RunResult};
+use super::journal::Journal;
+use super::run::{run, Progress, Resume, RunFailure, RunResult};
 use super::shard::Shard;
 use super::state::{StateDir, StateError};
 use super::superseded::{Registry, RegistryError};
@@ -194,11 +195,21 @@ pub fn exec(
         now: req.now,
     };
     let admitted = admit(&request).map_err(|e| attempt.end(Outcome::Refused, e.into()))?;
+    // The journal opens with the runner's age identity: read it while the key is held.
+    let binding = admitted.journal_binding(signing_key.key_id());
+    let (journal, resumed) = Journal::open(req.state.path(), &binding, &seal_key)
+        .map_err(|e| attempt.end(Outcome::Failed, RunFailure::from(e).into()))?;
     drop(seal_key);
+    let notice = resumed.notice;
+    let resume = Resume {
+        journal,
+        entries: resumed.entries,
+    };
     // Nothing runs unless this is on disk.
     attempt.admitted(&admitted)?;
-    let result = run_admitted(&registry, admitted, &signing_key, on_batch)
+    let mut result = run_admitted(&registry, admitted, &signing_key, resume, on_batch)
         .map_err(|e| attempt.end(Outcome::Failed, e))?;
+    result.notices.extend(notice);
     let outputs = subjects_of(&[(result.outputs_name, &result.outputs)])
         .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
     log.append(AuditRecord::accepted(&attempt.id, &result.facts, outputs))?;
@@ -211,6 +222,7 @@ fn run_admitted(
     registry: &Registry,
     admitted: Admitted,
     key: &SecretKey,
+    resume: Resume,
     on_batch: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, ExecError> {
     let cert = admitted.certificate();
@@ -220,5 +232,5 @@ fn run_admitted(
         cert.version(),
         cert.supersedes(),
     )?;
-    Ok(run(admitted, key, on_batch)?)
+    Ok(run(admitted, key, Some(resume), on_batch)?)
 }

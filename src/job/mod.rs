@@ -9,6 +9,7 @@ pub mod audit;
 pub mod exec;
 pub mod generate;
 pub mod inputs;
+pub mod journal;
 pub mod model_value;
 pub mod publish;
 pub mod registry;

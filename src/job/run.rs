@@ -8,6 +8,7 @@ use zeroize::Zeroizing;
 
 use super::admit::Admitted;
 use super::generate::{Finish, GenerateError, Settings};
+use super::journal::{Entry, Journal, JournalError};
 use super::publish::{check_output_dir, publish, PublishError};
 use crate::error::{Diagnose, Exit};
 use crate::model::files::FileError;
@@ -38,6 +39,16 @@ pub struct RunResult {
     pub outputs: Vec<u8>,
     /// Exact bytes of receipt.json.
     pub receipt: Vec<u8>,
+    /// One-line notices for the operator (a resume journal discarded).
+    pub notices: Vec<String>,
+}
+
+/// The run's resume journal, and what an earlier attempt had completed.
+pub struct Resume {
+    /// Appended to as batches complete, removed once the outputs are published.
+    pub journal: Journal,
+    /// The completed inputs, from the start of the run's range.
+    pub entries: Vec<Entry>,
 }
 
 /// Why a run failed after admission.
@@ -47,6 +58,9 @@ pub enum RunFailure {
     /// The outputs could not be published.
     #[error(transparent)]
     Publish(#[from] PublishError),
+    /// The resume journal could not be written.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
     /// The engine failed while running on the private inputs. Only the operation and where it
     /// is in the source are said: a kernel's own message may carry a value from the data (an
     /// approved engine could route a private token id into `embed`'s range check).
@@ -94,6 +108,7 @@ impl Diagnose for RunFailure {
     fn exit(&self) -> Exit {
         match self {
             RunFailure::Publish(e) => e.exit(),
+            RunFailure::Journal(e) => e.exit(),
             // An engine that does not fit the checkpoint is the inputs' fault, not the run's.
             RunFailure::Generate(e) => e.exit(),
             RunFailure::Model(e) => e.exit(),
@@ -108,6 +123,7 @@ impl Diagnose for RunFailure {
     fn hint(&self) -> Option<String> {
         match self {
             RunFailure::Publish(e) => e.hint(),
+            RunFailure::Journal(e) => e.hint(),
             RunFailure::Generate(e) => e.hint(),
             RunFailure::Model(e) => e.hint(),
             RunFailure::Receipt(e) => e.hint(),
@@ -171,6 +187,8 @@ pub struct Progress {
     pub generated_tokens: u64,
     /// Time since the first batch started.
     pub elapsed: std::time::Duration,
+    /// Where a resumed run took up (inputs done by an earlier attempt).
+    pub resumed_from: Option<usize>,
 }
 
 /// Run every input through the engine, sign the receipt, publish the pair. `on_batch` is told
@@ -178,6 +196,7 @@ pub struct Progress {
 pub fn run(
     admitted: Admitted,
     runner_key: &SecretKey,
+    resume: Option<Resume>,
     on_batch: &mut dyn FnMut(&Progress),
 ) -> Result<RunResult, RunFailure> {
     let job = admitted.job();
@@ -204,11 +223,30 @@ pub fn run(
     };
     let batch = g.batch_size.max(1) as usize;
     let inputs_total = range.len();
-    for (inputs, prompts) in admitted.inputs()[range.clone()]
+    let (mut journal, done) = match resume {
+        // More than the range holds cannot be this run's: start again.
+        Some(r) if r.entries.len() <= range.len() => (Some(r.journal), r.entries),
+        Some(r) => (Some(r.journal), Vec::new()),
+        None => (None, Vec::new()),
+    };
+    let resumed_at = (!done.is_empty()).then(|| (range.start + done.len()) as u64);
+    for e in done {
+        lines.push(e.line);
+        counts.inputs += 1;
+        counts.generated_tokens += e.tokens;
+        if e.stopped {
+            counts.finish_reasons.stop += 1;
+        } else {
+            counts.finish_reasons.length += 1;
+        }
+    }
+    let todo = range.start + lines.len()..range.end;
+    for (inputs, prompts) in admitted.inputs()[todo.clone()]
         .chunks(batch)
-        .zip(admitted.prompts()[range].chunks(batch))
+        .zip(admitted.prompts()[todo].chunks(batch))
     {
         let generated = admitted.generator().generate(prompts, &settings, |_| {})?;
+        let mut entries = Vec::with_capacity(inputs.len());
         for (input, out) in inputs.iter().zip(generated) {
             let mut line = serde_json::Map::new();
             line.insert("id".into(), json!(input.id));
@@ -224,7 +262,15 @@ pub fn run(
                 line.insert("tokens".into(), json!(out.tokens));
             }
             line.insert("finish_reason".into(), json!(out.finish));
-            lines.push(serde_json::Value::Object(line));
+            let line = serde_json::Value::Object(line);
+            if journal.is_some() {
+                entries.push(Entry::new(
+                    line.clone(),
+                    out.tokens.len() as u64,
+                    out.finish,
+                ));
+            }
+            lines.push(line);
             counts.inputs += 1;
             counts.generated_tokens += out.tokens.len() as u64;
             match out.finish {
@@ -232,11 +278,15 @@ pub fn run(
                 Finish::Length => counts.finish_reasons.length += 1,
             }
         }
+        if let Some(j) = journal.as_mut() {
+            j.append(&entries)?;
+        }
         on_batch(&Progress {
             inputs_done: counts.inputs as usize,
             inputs_total,
             generated_tokens: counts.generated_tokens,
             elapsed: started.elapsed(),
+            resumed_from: resumed_at.map(|r| r as usize - range.start),
         });
     }
 
@@ -282,6 +332,7 @@ pub fn run(
         counts,
         attestation: admitted.evidence().map(|e| e.facts.clone()),
         shard: admitted.shard_facts(),
+        resumed_at,
     };
     let mut files: Vec<(&str, &[u8])> = vec![(outputs_name, &outputs)];
     if let Some(evidence) = admitted.evidence() {
@@ -297,11 +348,15 @@ pub fn run(
         })?;
     }
     publish(&output_dir, &files)?;
+    if let Some(j) = journal {
+        j.remove();
+    }
     Ok(RunResult {
         output_dir,
         facts,
         outputs_name,
         outputs,
         receipt,
+        notices: Vec::new(),
     })
 }

@@ -277,6 +277,10 @@ pub struct RunFacts {
     /// `null`) for a whole job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardFacts>,
+    /// The input (0-based, in the job's numbering) a resumed run took up from, after an
+    /// earlier attempt was killed; absent when it ran from the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<u64>,
 }
 
 impl RunFacts {
@@ -316,6 +320,14 @@ impl RunFacts {
             }
             if s.end - s.start != self.counts.inputs {
                 return Err("field `shard`: the range's length is not `counts.inputs`".into());
+            }
+        }
+        if let Some(at) = self.resumed_at {
+            let (start, end) = self
+                .shard
+                .map_or((0, self.counts.inputs), |s| (s.start, s.end));
+            if at <= start || at > end {
+                return Err("field `resumed_at` is not inside the run's inputs".into());
             }
         }
         Ok(())
@@ -971,6 +983,7 @@ mod tests {
             },
             attestation: None,
             shard: None,
+            resumed_at: None,
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(OUTPUTS_FILE), OUTPUT).unwrap();

@@ -695,7 +695,7 @@ fn a_model_written_during_the_run_signs_nothing() {
         .unwrap()
         .write_all_at(&[first], 0)
         .unwrap();
-    let err = run(admitted, &key, &mut |_| {}).unwrap_err();
+    let err = run(admitted, &key, None, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&err, RunFailure::Model(FileError::Changed { path }) if path.ends_with("model/model.safetensors")),
         "{err:?}"
@@ -776,5 +776,82 @@ fn exec_refuses_an_engine_that_skips_layers_of_the_checkpoint() {
         EXEC,
         2,
         &["ran 6 of the checkpoint's 8 layers", "layers 6, 7", "scan"],
+    );
+}
+
+// ---- a run killed mid-way resumes ----
+
+#[test]
+fn a_killed_run_resumes_from_its_journal_with_the_same_outputs() {
+    let env = Env::approved_job();
+    let mut prompts = crate::common::fixture_prompts();
+    let base = prompts.clone();
+    while prompts.len() < 400 {
+        prompts.push(base[prompts.len() % base.len()].clone());
+    }
+    env.write_inputs(&prompts);
+    env.write_job(2, 16, r#"["tokens"]"#);
+    // The reference: the same job, uninterrupted, into another directory.
+    env.write(
+        "whole.toml",
+        job_toml(2, 16, r#"["tokens"]"#).replace("output_dir = \"out\"", "output_dir = \"whole\""),
+    );
+    let mut whole: Vec<&str> = EXEC.to_vec();
+    *whole.last_mut().unwrap() = "whole.toml";
+    env.ok(&whole);
+
+    let journals = env.path("state/journals");
+    let journal_len = || {
+        fs::read_dir(&journals)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.metadata().map_or(0, |m| m.len()))
+                    .sum::<u64>()
+            })
+            .unwrap_or(0)
+    };
+    let mut child = env.command(EXEC).cmd().spawn().unwrap();
+    // Kill once the journal holds a few batches (its header alone is ~300 bytes).
+    let t = Instant::now();
+    while journal_len() < 3000 && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the run ended by itself: {status}"
+    );
+    assert!(!env.path("out").exists());
+    let journal = fs::read(
+        fs::read_dir(&journals)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path(),
+    )
+    .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&journal).contains("\"tokens\""),
+        "the journal holds no plaintext"
+    );
+
+    let out = env.ok(EXEC);
+    assert!(out.contains("resumed at input "), "{out}");
+    assert!(out.contains("ran 400 inputs"), "{out}");
+    assert_eq!(
+        env.read("out/outputs.jsonl"),
+        env.read("whole/outputs.jsonl"),
+        "resumed outputs are the uninterrupted run's"
+    );
+    let receipt = env.verify_receipt("cert.json");
+    let at = receipt["facts"]["resumed_at"].as_u64().unwrap();
+    assert!(at > 0 && at < 400 && at.is_multiple_of(2), "{at}");
+    assert_eq!(
+        fs::read_dir(&journals).unwrap().count(),
+        0,
+        "the journal is removed"
     );
 }

@@ -8,6 +8,7 @@ mod common;
 mod attestation;
 mod audit;
 mod bench;
+mod deploy;
 mod exec;
 mod gguf;
 mod reapproval;

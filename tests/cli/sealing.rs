@@ -436,3 +436,86 @@ fn the_owner_flow_attest_verify_seal_exec_verify_says_no_hardware_throughout() {
         "{verified}"
     );
 }
+
+#[test]
+fn two_runners_run_the_shards_of_sealed_inputs_and_the_sealed_outputs_merge_unopened() {
+    let (env, first) = sealed_env();
+    env.init_state("state2");
+    let second = String::from_utf8(
+        env.command(&["identity", "--state-dir", "state2", "--recipient"])
+            .output()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    // One file for both pods: age encrypts to several recipients.
+    let owner = Owner::new();
+    owner.seal(
+        &["-r", &first, "-r", &second],
+        &env.path("inputs.jsonl.age"),
+    );
+    for (k, state) in [(0, "state"), (1, "state2")] {
+        let shard = format!("{k}/2");
+        let mut args = EXEC.to_vec();
+        args[6] = state;
+        args.splice(1..1, ["--shard", shard.as_str()]);
+        let out = env.ok(&args);
+        assert!(out.contains(&format!("shard {k} of 2")), "{out}");
+    }
+    env.write("keys.txt", "state/runner.key.pub\nstate2/runner.key.pub\n");
+    let merge = [
+        "merge",
+        "--cert",
+        "cert.json",
+        "--runner-keys",
+        "keys.txt",
+        "--out",
+        "merged",
+        "out/shard-1-of-2",
+        "out/shard-0-of-2",
+    ];
+    env.ok(&merge);
+    assert!(
+        !env.path("merged/outputs.jsonl").exists(),
+        "nothing was opened"
+    );
+    let mut lines = Vec::new();
+    for k in 0..2 {
+        let sealed = env.path(&format!("merged/shard-{k}-of-2.outputs.jsonl.age"));
+        assert_eq!(
+            fs::read(&sealed).unwrap(),
+            fs::read(env.path(&format!("out/shard-{k}-of-2/outputs.jsonl.age"))).unwrap()
+        );
+        let plain = String::from_utf8(age_decrypt(&env.path("keys/r1.age"), &sealed)).unwrap();
+        lines.extend(
+            plain
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone()),
+        );
+    }
+    assert_eq!(lines, ["zq_in_one", "zq_in_two"]);
+    let verified = env.ok(&[
+        "verify",
+        "merged",
+        "--cert",
+        "cert.json",
+        "--runner-keys",
+        "keys.txt",
+    ]);
+    assert!(verified.contains("2 shards"), "{verified}");
+    // Only one runner's key trusted: the other shard is foreign.
+    env.write("one.txt", "state/runner.key.pub\n");
+    env.fails(
+        &[
+            "verify",
+            "merged",
+            "--cert",
+            "cert.json",
+            "--runner-keys",
+            "one.txt",
+        ],
+        3,
+        "which is not one of the --runner-keys",
+    );
+}

@@ -71,6 +71,7 @@ impl Env {
             },
             attestation: None,
             shard: None,
+            resumed_at: None,
         }
     }
 
