@@ -227,3 +227,23 @@ fn a_shard_from_the_completion_index_runs_its_range() {
         "the shard count must be 1 to",
     );
 }
+
+#[test]
+fn init_keep_existing_keeps_a_pods_identity_across_restarts() {
+    let env = Env::new();
+    let init = ["init", "--state-dir", "pod", "--keep-existing"];
+    let first = env.ok(&init);
+    assert!(
+        first.contains("initialised the runner's state directory"),
+        "{first}"
+    );
+    let recipient = env.ok(&["identity", "--state-dir", "pod", "--recipient"]);
+    let again = env.ok(&init);
+    assert!(again.contains("is already initialised"), "{again}");
+    assert!(again.contains(recipient.trim()), "{again}");
+    assert_eq!(
+        env.ok(&["identity", "--state-dir", "pod", "--recipient"]),
+        recipient
+    );
+    env.fails(&init[..3], 2, "already");
+}
