@@ -113,7 +113,7 @@ pub fn verify(args: VerifyArgs) -> CliResult {
     let attestation = verify_run_attestation(
         &verified,
         &cert,
-        &dir,
+        &dir.join(ATTESTATION_FILE),
         vendor.collateral.as_deref(),
         vendor.vcek.as_deref(),
     )?;
@@ -174,11 +174,23 @@ fn verify_merged_dir(args: &VerifyArgs, cert: &Certificate) -> CliResult {
         .into());
     };
     let keys = super::merge::load_runner_keys(keys)?;
-    let record = verify_merged(&args.receipt, cert, &keys)?;
+    let vendor =
+        super::attest::VendorFiles::read(args.collateral.as_deref(), args.vcek.as_deref())?;
+    let (record, verdicts) = verify_merged(
+        &args.receipt,
+        cert,
+        &keys,
+        vendor.collateral.as_deref(),
+        vendor.vcek.as_deref(),
+    )?;
     if args.json {
+        let attestation: Vec<_> = verdicts
+            .iter()
+            .map(|v| v.as_ref().map(super::attest::verdict_json))
+            .collect();
         return print(&format!(
             "{:#}\n",
-            serde_json::json!({ "verified": true, "merge": record })
+            serde_json::json!({ "verified": true, "merge": record, "attestation": attestation })
         ));
     }
     let mut out = format!(
@@ -203,6 +215,20 @@ fn verify_merged_dir(args: &VerifyArgs, cert: &Certificate) -> CliResult {
     }
     for o in &record.outputs {
         out += &format!("  {}  blake3 {}\n", o.name, o.digest.blake3.to_hex());
+    }
+    for (s, v) in record.shards.iter().zip(&verdicts) {
+        match v {
+            Some(v) => {
+                out += &format!("shard {} attestation:\n", s.index);
+                for line in super::attest::verdict_text(&s.receipt, v).lines() {
+                    out += &format!("  {line}\n");
+                }
+            }
+            None if s.index == 0 => {
+                out += "attestation  none (the certificate does not require it)\n";
+            }
+            None => {}
+        }
     }
     print(&out)
 }

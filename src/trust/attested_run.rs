@@ -70,13 +70,14 @@ impl Diagnose for RunAttestationError {
     }
 }
 
-/// Check the evidence of a verified receipt, read from `dir`, against `cert`; `collateral` is
-/// the DCAP collateral for a TDX quote, `vcek` the VCEK for an SEV-SNP report. `None` when the receipt has no attestation and the
-/// certificate requires none.
+/// Check the evidence of a verified receipt, read from `evidence` (its `attestation.json`, or
+/// that file's copy in a merged directory), against `cert`; `collateral` is the DCAP
+/// collateral for a TDX quote, `vcek` the VCEK for an SEV-SNP report. `None` when the receipt
+/// has no attestation and the certificate requires none.
 pub fn verify_run_attestation(
     receipt: &VerifiedReceipt,
     cert: &Certificate,
-    dir: &Path,
+    evidence: &Path,
     collateral: Option<&[u8]>,
     vcek: Option<&[u8]>,
 ) -> Result<Option<Verdict>, RunAttestationError> {
@@ -96,7 +97,7 @@ pub fn verify_run_attestation(
     {
         return Err(RunAttestationError::NotASubject(recorded.evidence.clone()));
     }
-    let bytes = read_bounded(&dir.join(ATTESTATION_FILE), MAX_EVIDENCE_BYTES, "evidence")?;
+    let bytes = read_bounded(evidence, MAX_EVIDENCE_BYTES, "evidence")?;
     let nonce = run_nonce(facts.certificate_digest, facts.job_digest, recorded.salt);
     let check = Check {
         collateral,

@@ -13,12 +13,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::attested_run::{verify_run_attestation, RunAttestationError};
 use super::certificate::Certificate;
 use super::receipt::{
     read_receipt_file, verify_receipt, Commitment, DigestSet, Receipt, ReceiptError, Sealed,
     Subject, VerifiedReceipt, OUTPUTS_FILE, RECEIPT_FILE,
 };
+use super::run_attestation::ATTESTATION_FILE;
 use super::shard::{shard_dir_name, ShardFacts};
+use crate::attestation::Verdict;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::bounded_read::{read_bounded, ReadError};
 use crate::primitives::canonical::{parse_strict, to_canonical_from};
@@ -143,6 +146,14 @@ pub enum MergeError {
     /// A file could not be read.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// A shard's hardware evidence did not check out.
+    #[error("shard {label}: {source}")]
+    Attestation {
+        /// The shard's receipt.
+        label: String,
+        /// Why.
+        source: RunAttestationError,
+    },
 }
 
 fn list(indices: &[u32]) -> String {
@@ -161,6 +172,7 @@ impl Diagnose for MergeError {
             MergeError::Empty => Exit::BadInput,
             MergeError::Receipt { source, .. } => source.exit(),
             MergeError::Read(e) => e.exit(),
+            MergeError::Attestation { source, .. } => source.exit(),
             _ => Exit::Refused,
         }
     }
@@ -382,7 +394,9 @@ pub fn verify_merged(
     dir: &Path,
     cert: &Certificate,
     keys: &[PublicKey],
-) -> Result<MergeRecord, MergeError> {
+    collateral: Option<&[u8]>,
+    vcek: Option<&[u8]>,
+) -> Result<(MergeRecord, Vec<Option<Verdict>>), MergeError> {
     let path = dir.join(MERGE_FILE);
     let text = read_bounded(&path, 64 << 20, "merge record")?;
     let bad = |why: String| MergeError::File {
@@ -472,5 +486,16 @@ pub fn verify_merged(
             "is not the record of the shard receipts and files it lists".into(),
         ));
     }
-    Ok(record)
+    // Each shard's hardware evidence, as `verify` checks a single run's.
+    let mut verdicts = Vec::with_capacity(shards.len());
+    for c in &shards {
+        let evidence = dir.join(merged_name(c.shard.index, c.shard.count, ATTESTATION_FILE));
+        let verdict = verify_run_attestation(&c.receipt, cert, &evidence, collateral, vcek)
+            .map_err(|source| MergeError::Attestation {
+                label: c.label.clone(),
+                source,
+            })?;
+        verdicts.push(verdict);
+    }
+    Ok((record, verdicts))
 }

@@ -33,6 +33,14 @@ fn tdx_job(mrtd: &str) -> Env {
 
 /// `runner::job::exec` of `job.toml` under `cert-tdx.json`, asking `kernel` for evidence.
 fn exec_on(env: &Env, kernel: &FakeKernel) -> Result<(), runner::job::exec::ExecError> {
+    exec_shard_on(env, kernel, None)
+}
+
+fn exec_shard_on(
+    env: &Env,
+    kernel: &FakeKernel,
+    shard: Option<runner::job::shard::Shard>,
+) -> Result<(), runner::job::exec::ExecError> {
     let state = StateDir::open(&env.path("state")).unwrap();
     let (cert, job, trust) = (
         env.path("cert-tdx.json"),
@@ -48,7 +56,7 @@ fn exec_on(env: &Env, kernel: &FakeKernel) -> Result<(), runner::job::exec::Exec
             fs: kernel,
             root: root(),
         },
-        shard: None,
+        shard,
         now: time::OffsetDateTime::now_utc(),
     };
     exec(&request, &mut |_| {}).map(|_| ())
@@ -328,4 +336,57 @@ fn the_demo_walks_the_owner_flow_and_marks_the_missing_hardware() {
     }
     let evidence = env.ok(&["verify-attestation", "demo/evidence.json"]);
     assert!(evidence.contains("NO HARDWARE REPORT"), "{evidence}");
+}
+
+#[test]
+fn a_merge_of_attested_shards_rechecks_each_shards_evidence() {
+    let env = Env::bare_job();
+    env.write_model_fixture();
+    let pin = format!("measurement={}", "11".repeat(48));
+    env.approve_both(
+        "cert-tdx.json",
+        &["--require-attestation", "sev-snp", "--measurement", &pin],
+    );
+    env.write_inputs(&crate::common::fixture_prompts());
+    env.write_job(2, 8, r#"["tokens"]"#);
+    let kernel = FakeKernel::new("sev_guest", |inblob| snp_report(inblob, 0x11, 0x30000));
+    for k in 0..2 {
+        let shard = runner::job::shard::Shard::new(k, 2).unwrap();
+        exec_shard_on(&env, &kernel, Some(shard)).unwrap();
+    }
+    env.write("keys.txt", "state/runner.key.pub\n");
+    let merge = [
+        "merge",
+        "--cert",
+        "cert-tdx.json",
+        "--runner-keys",
+        "keys.txt",
+        "--out",
+        "merged",
+        "out",
+    ];
+    env.ok(&merge);
+    assert!(env.path("merged/shard-1-of-2.attestation.json").is_file());
+    let verify = [
+        "verify",
+        "merged",
+        "--cert",
+        "cert-tdx.json",
+        "--runner-keys",
+        "keys.txt",
+    ];
+    let out = env.ok(&verify);
+    assert!(out.contains("shard 1 attestation:"), "{out}");
+    assert!(out.contains("report signature NOT CHECKED"), "{out}");
+    // One shard's evidence swapped for the other's: its digest is not what its receipt binds.
+    std::fs::copy(
+        env.path("merged/shard-0-of-2.attestation.json"),
+        env.path("merged/shard-1-of-2.attestation.json"),
+    )
+    .unwrap();
+    env.fails(
+        &verify,
+        3,
+        "is not the attestation.json shard 1's receipt binds",
+    );
 }
