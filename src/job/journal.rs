@@ -139,8 +139,8 @@ fn record(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Read the records of `bytes` that open: (plaintexts, end offset of the last good record).
-fn read_records(bytes: &[u8], key: &SealKey) -> (Vec<Zeroizing<Vec<u8>>>, usize) {
+/// The records of `bytes` that open, each with the offset where it ends.
+fn read_records(bytes: &[u8], key: &SealKey) -> Vec<(Zeroizing<Vec<u8>>, usize)> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while let Some(len) = bytes.get(at..at + 8) {
@@ -153,12 +153,12 @@ fn read_records(bytes: &[u8], key: &SealKey) -> (Vec<Zeroizing<Vec<u8>>>, usize)
             break;
         };
         match open(&bytes[at + 8..end], key, MAX_RECORD) {
-            Ok(plain) => out.push(plain),
+            Ok(plain) => out.push((plain, end)),
             Err(_) => break,
         }
         at = end;
     }
-    (out, at)
+    out
 }
 
 impl Journal {
@@ -180,17 +180,20 @@ impl Journal {
         if let Ok(mut f) = File::open(&path) {
             let mut bytes = Vec::new();
             f.read_to_end(&mut bytes).map_err(err)?;
-            let (records, end) = read_records(&bytes, key);
-            let header: Option<Binding> =
-                records.first().and_then(|r| serde_json::from_slice(r).ok());
+            let records = read_records(&bytes, key);
+            let header: Option<Binding> = records
+                .first()
+                .and_then(|(r, _)| serde_json::from_slice(r).ok());
             if header.as_ref() == Some(binding) {
-                for r in &records[1..] {
+                keep = records[0].1;
+                // Up to the first record that does not parse: what follows it is dropped.
+                for (r, end) in &records[1..] {
                     match serde_json::from_slice::<Vec<Entry>>(r) {
                         Ok(batch) => resumed.entries.extend(batch),
                         Err(_) => break,
                     }
+                    keep = *end;
                 }
-                keep = end;
             } else {
                 resumed.notice = Some(
                     "discarded a resume journal that is not this run's (another certificate, \
