@@ -45,11 +45,6 @@ impl ShardFacts {
             && self.index < self.count
             && shard_range(self.inputs_total, self.index, self.count) == (self.start..self.end)
     }
-
-    /// The directory name a shard publishes into, under the job's `output_dir`.
-    pub fn dir_name(&self) -> String {
-        shard_dir_name(self.index, self.count)
-    }
 }
 
 /// `shard-K-of-N`.

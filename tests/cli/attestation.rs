@@ -17,21 +17,34 @@ use crate::common::Env;
 /// The sample quote's MRTD: what a certificate pins to accept the fake kernel's reports.
 const SAMPLE_MRTD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
 
-/// An approved job whose certificate `cert-tdx.json` requires TDX with `mrtd`.
-fn tdx_job(mrtd: &str) -> Env {
+/// An approved job whose certificate `cert-att.json` requires `hardware` with the measurement
+/// `pin` (`NAME=HEX`).
+fn attested_job(hardware: &str, pin: &str) -> Env {
     let env = Env::bare_job();
     env.write_model_fixture();
-    let pin = format!("mrtd={mrtd}");
     env.approve_both(
-        "cert-tdx.json",
-        &["--require-attestation", "tdx", "--measurement", &pin],
+        "cert-att.json",
+        &["--require-attestation", hardware, "--measurement", pin],
     );
     env.write_inputs(&crate::common::fixture_prompts());
     env.write_job(2, 8, r#"["tokens"]"#);
     env
 }
 
-/// `runner::job::exec` of `job.toml` under `cert-tdx.json`, asking `kernel` for evidence.
+fn tdx_job(mrtd: &str) -> Env {
+    attested_job("tdx", &format!("mrtd={mrtd}"))
+}
+
+/// A job that requires SEV-SNP with the measurement [`snp_kernel`]'s reports carry.
+fn snp_job() -> Env {
+    attested_job("sev-snp", &format!("measurement={}", "11".repeat(48)))
+}
+
+fn snp_kernel() -> FakeKernel {
+    FakeKernel::new("sev_guest", |inblob| snp_report(inblob, 0x11, 0x30000))
+}
+
+/// `runner::job::exec` of `job.toml` under `cert-att.json`, asking `kernel` for evidence.
 fn exec_on(env: &Env, kernel: &FakeKernel) -> Result<(), runner::job::exec::ExecError> {
     exec_shard_on(env, kernel, None)
 }
@@ -43,7 +56,7 @@ fn exec_shard_on(
 ) -> Result<(), runner::job::exec::ExecError> {
     let state = StateDir::open(&env.path("state")).unwrap();
     let (cert, job, trust) = (
-        env.path("cert-tdx.json"),
+        env.path("cert-att.json"),
         env.path("job.toml"),
         env.path("trust.toml"),
     );
@@ -66,7 +79,7 @@ const VERIFY: &[&str] = &[
     "verify",
     "out/receipt.json",
     "--cert",
-    "cert-tdx.json",
+    "cert-att.json",
     "--runner-key",
     "state/runner.key.pub",
 ];
@@ -74,7 +87,7 @@ const VERIFY: &[&str] = &[
 #[test]
 fn exec_under_a_tdx_certificate_publishes_evidence_the_receipt_binds() {
     let env = tdx_job(SAMPLE_MRTD);
-    let inspect = env.ok(&["inspect", "cert-tdx.json"]);
+    let inspect = env.ok(&["inspect", "cert-att.json"]);
     assert!(
         inspect.contains("attestation   tdx required, 1 measurements pinned"),
         "{inspect}"
@@ -141,7 +154,7 @@ fn exec_refuses_a_machine_whose_measurement_differs_and_writes_nothing() {
 #[test]
 fn exec_without_configfs_tsm_refuses_a_certificate_that_requires_it() {
     let env = tdx_job(SAMPLE_MRTD);
-    let mut args = env.exec_with_cert("cert-tdx.json");
+    let mut args = env.exec_with_cert("cert-att.json");
     let none = env.path("no-tsm").display().to_string();
     args.splice(1..1, ["--tsm-root", none.as_str()]);
     let stderr = env.fails(
@@ -291,16 +304,8 @@ fn verify_attestation_checks_a_real_quote_and_refuses_someone_elses_user_data() 
 
 #[test]
 fn exec_under_an_snp_certificate_verifies_and_says_the_signature_was_not_checked() {
-    let env = Env::bare_job();
-    env.write_model_fixture();
-    let pin = format!("measurement={}", "11".repeat(48));
-    env.approve_both(
-        "cert-tdx.json",
-        &["--require-attestation", "sev-snp", "--measurement", &pin],
-    );
-    env.write_inputs(&crate::common::fixture_prompts());
-    env.write_job(2, 8, r#"["tokens"]"#);
-    let kernel = FakeKernel::new("sev_guest", |inblob| snp_report(inblob, 0x11, 0x30000));
+    let env = snp_job();
+    let kernel = snp_kernel();
     exec_on(&env, &kernel).unwrap();
     let out = env.ok(VERIFY);
     assert!(
@@ -340,16 +345,8 @@ fn the_demo_walks_the_owner_flow_and_marks_the_missing_hardware() {
 
 #[test]
 fn a_merge_of_attested_shards_rechecks_each_shards_evidence() {
-    let env = Env::bare_job();
-    env.write_model_fixture();
-    let pin = format!("measurement={}", "11".repeat(48));
-    env.approve_both(
-        "cert-tdx.json",
-        &["--require-attestation", "sev-snp", "--measurement", &pin],
-    );
-    env.write_inputs(&crate::common::fixture_prompts());
-    env.write_job(2, 8, r#"["tokens"]"#);
-    let kernel = FakeKernel::new("sev_guest", |inblob| snp_report(inblob, 0x11, 0x30000));
+    let env = snp_job();
+    let kernel = snp_kernel();
     for k in 0..2 {
         let shard = runner::job::shard::Shard::new(k, 2).unwrap();
         exec_shard_on(&env, &kernel, Some(shard)).unwrap();
@@ -358,7 +355,7 @@ fn a_merge_of_attested_shards_rechecks_each_shards_evidence() {
     let merge = [
         "merge",
         "--cert",
-        "cert-tdx.json",
+        "cert-att.json",
         "--runner-keys",
         "keys.txt",
         "--out",
@@ -371,7 +368,7 @@ fn a_merge_of_attested_shards_rechecks_each_shards_evidence() {
         "verify",
         "merged",
         "--cert",
-        "cert-tdx.json",
+        "cert-att.json",
         "--runner-keys",
         "keys.txt",
     ];

@@ -214,13 +214,10 @@ fn a_shard_from_the_completion_index_runs_its_range() {
         "{out}"
     );
     assert_eq!(env.outputs_of("out/shard-2-of-3").len(), 3);
-    let stderr = env.fails(&args, 2, "--shard-from-env needs $JOB_COMPLETION_INDEX");
-    assert!(!stderr.is_empty());
-    let stderr = env
-        .command(&args)
+    env.fails(&args, 2, "--shard-from-env needs $JOB_COMPLETION_INDEX");
+    env.command(&args)
         .env(runner::job::shard::COMPLETION_INDEX_ENV, "3")
         .fails(2, "shard index 3 is not below the shard count 3");
-    assert!(!stderr.is_empty());
     env.fails(
         &["exec", "--shard", "1/0", "--cert", "cert.json", "job.toml"],
         2,

@@ -95,19 +95,19 @@ fn sealed_env() -> (Env, String) {
             "keys/recipients.txt",
         ],
     );
-    let runner = String::from_utf8(
-        env.command(&["identity", "--state-dir", "state", "--recipient"])
-            .output()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_owned();
+    let runner = recipient_of(&env, "state");
     env.write(
         "job.toml",
         job_toml(2, 4, r#"["tokens"]"#).replace("inputs.jsonl", "inputs.jsonl.age"),
     );
     (env, runner)
+}
+
+/// The age recipient of the runner whose state directory is `state`.
+fn recipient_of(env: &Env, state: &str) -> String {
+    env.ok(&["identity", "--state-dir", state, "--recipient"])
+        .trim()
+        .to_owned()
 }
 
 /// `age -d -i KEY FILE`.
@@ -441,14 +441,7 @@ fn the_owner_flow_attest_verify_seal_exec_verify_says_no_hardware_throughout() {
 fn two_runners_run_the_shards_of_sealed_inputs_and_the_sealed_outputs_merge_unopened() {
     let (env, first) = sealed_env();
     env.init_state("state2");
-    let second = String::from_utf8(
-        env.command(&["identity", "--state-dir", "state2", "--recipient"])
-            .output()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_owned();
+    let second = recipient_of(&env, "state2");
     // One file for both pods: age encrypts to several recipients.
     let owner = Owner::new();
     owner.seal(
