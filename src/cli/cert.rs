@@ -47,7 +47,7 @@ pub struct ApproveArgs {
     /// Where to write the certificate.
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
-    /// End of validity, RFC 3339 (default: 90 days after now).
+    /// End of validity, RFC 3339 (default: 90 days after the start of validity).
     #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
     expires: Option<Timestamp>,
     /// Start of validity, RFC 3339 (default: now).

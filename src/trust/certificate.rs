@@ -154,7 +154,7 @@ pub struct Terms {
     pub issued_at: Timestamp,
     /// Start of validity; `None` means `issued_at`.
     pub valid_from: Option<Timestamp>,
-    /// End of validity (exclusive); `None` means `issued_at` + [`DEFAULT_VALIDITY_DAYS`].
+    /// End of validity (exclusive); `None` means `valid_from` + [`DEFAULT_VALIDITY_DAYS`].
     pub expires_at: Option<Timestamp>,
     /// Digest of the certificate this one replaces.
     pub supersedes: Option<Digest>,
@@ -410,7 +410,9 @@ impl Diagnose for CertError {
                 (`runner approve ... --supersedes` the expired one)"
                 .into(),
             CertError::EmptyWindow { .. } => {
-                "pass an --expires later than --valid-from (default expiry: 90 days)".into()
+                "pass an --expires later than --valid-from (default expiry: 90 days after \
+                 --valid-from)"
+                    .into()
             }
             CertError::Time(_) => {
                 "write times as RFC 3339 with whole seconds, like 2027-01-31T00:00:00Z".into()
@@ -455,7 +457,7 @@ pub fn check_note(note: &str) -> Result<(), CertError> {
 }
 
 /// The validity window `(valid_from, expires_at)` after defaults: `valid_from` defaults to
-/// `issued_at`, `expires_at` to `issued_at` + [`DEFAULT_VALIDITY_DAYS`]. Refused unless
+/// `issued_at`, `expires_at` to `valid_from` + [`DEFAULT_VALIDITY_DAYS`]. Refused unless
 /// `expires_at` is after `valid_from`.
 pub fn resolve_window(
     issued_at: Timestamp,
@@ -465,7 +467,8 @@ pub fn resolve_window(
     let valid_from = valid_from.unwrap_or(issued_at);
     let expires_at = match expires_at {
         Some(t) => t,
-        None => issued_at
+        // Counted from the start of validity: `--valid-from` alone moves the whole window.
+        None => valid_from
             .plus_days(DEFAULT_VALIDITY_DAYS)
             .ok_or(TimeError::OutOfRange)?,
     };

@@ -4,11 +4,16 @@
 //! ```toml
 //! required_signatures = 2
 //! owners = ["keys/owner-a.key.pub", "keys/owner-b.key.pub"]   # relative to this file
-//! revoked = ["<certificate digest, 64 hex>"]                   # optional
+//! revoked = ["<certificate digest: 64 hex, or the 16-hex short form>"]   # optional
 //!
 //! [min_version]          # optional: the lowest version admitted per lineage
 //! gemma3 = 3
 //! ```
+//!
+//! A `revoked` entry is a certificate digest in full (64 hex digits) or a prefix of it of at
+//! least [`MIN_REVOKED_PREFIX`] digits: the short form every message prints. A certificate is
+//! revoked when its digest starts with an entry. A shorter prefix could name many certificates
+//! and is refused as ambiguous, as is anything that is not hex.
 //!
 //! Unknown keys are refused. Owners are counted by key id, so listing the same key twice (under
 //! two paths) does not raise the number of distinct owners; `required_signatures` must be at
@@ -24,6 +29,9 @@ use crate::primitives::bounded_read::{read_bounded_text, ReadError, MAX_TEXT_BYT
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::{KeyError, KeyId, PublicKey};
 
+/// The fewest hex digits a `revoked` entry may have: the short form of a digest.
+pub const MIN_REVOKED_PREFIX: usize = 16;
+
 /// Default location of the trust configuration.
 pub const DEFAULT_TRUST_FILE: &str = "trust.toml";
 
@@ -32,7 +40,8 @@ pub const DEFAULT_TRUST_FILE: &str = "trust.toml";
 pub struct TrustConfig {
     required: usize,
     owners: BTreeMap<KeyId, PublicKey>,
-    revoked: BTreeSet<Digest>,
+    /// Revoked certificate digests, as lowercase hex prefixes (full digests included).
+    revoked: BTreeSet<String>,
     min_version: BTreeMap<String, u64>,
 }
 
@@ -69,13 +78,15 @@ pub enum TrustConfigError {
         /// Distinct owner keys.
         distinct: usize,
     },
-    /// A `revoked` entry is not a certificate digest.
-    #[error("trust configuration {}: field `revoked` has {entry:?}, which is not a certificate digest (64 lowercase hex digits)", path.display())]
+    /// A `revoked` entry is not a certificate digest or an unambiguous prefix of one.
+    #[error("trust configuration {}: field `revoked` has {entry:?}, which {why}", path.display())]
     Revoked {
         /// The file.
         path: PathBuf,
         /// The entry.
         entry: String,
+        /// What is wrong with it.
+        why: &'static str,
     },
 }
 
@@ -103,9 +114,10 @@ impl Diagnose for TrustConfigError {
             TrustConfigError::Threshold { .. } => {
                 "list more distinct owner keys, or lower required_signatures".into()
             }
-            TrustConfigError::Revoked { .. } => "copy the certificate digest printed by \
-                `runner inspect cert.json`"
-                .into(),
+            TrustConfigError::Revoked { .. } => format!(
+                "give the certificate digest `runner inspect CERT` prints, in full (64 hex \
+                 digits) or its first {MIN_REVOKED_PREFIX} or more"
+            ),
         })
     }
 }
@@ -142,7 +154,7 @@ impl TrustConfig {
         Ok(TrustConfig {
             required,
             owners,
-            revoked: revoked.into_iter().collect(),
+            revoked: revoked.iter().map(Digest::to_hex).collect(),
             min_version: BTreeMap::new(),
         })
     }
@@ -168,19 +180,21 @@ impl TrustConfig {
                 })?;
             owners.push(key);
         }
-        let mut revoked = Vec::with_capacity(file.revoked.len());
+        let mut revoked = BTreeSet::new();
         for entry in file.revoked {
-            match Digest::from_hex(&entry) {
-                Some(d) => revoked.push(d),
-                None => {
+            match revoked_prefix(&entry) {
+                Ok(prefix) => revoked.insert(prefix),
+                Err(why) => {
                     return Err(TrustConfigError::Revoked {
                         path: path.to_owned(),
                         entry,
+                        why,
                     })
                 }
-            }
+            };
         }
-        let mut config = TrustConfig::new(owners, file.required_signatures, revoked, path)?;
+        let mut config = TrustConfig::new(owners, file.required_signatures, Vec::new(), path)?;
+        config.revoked = revoked;
         config.min_version = file.min_version;
         Ok(config)
     }
@@ -211,10 +225,25 @@ impl TrustConfig {
         self.owners.keys()
     }
 
-    /// Whether a certificate digest is revoked.
+    /// Whether a certificate digest is revoked: it starts with a `revoked` entry.
     pub fn is_revoked(&self, digest: &Digest) -> bool {
-        self.revoked.contains(digest)
+        let hex = digest.to_hex();
+        self.revoked.iter().any(|prefix| hex.starts_with(prefix))
     }
+}
+
+/// A `revoked` entry as a lowercase hex prefix of a certificate digest, or why it is not one.
+fn revoked_prefix(entry: &str) -> Result<String, &'static str> {
+    if entry.is_empty() || !entry.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("is not a certificate digest (hex digits)");
+    }
+    if entry.len() > 64 {
+        return Err("is longer than a certificate digest (64 hex digits)");
+    }
+    if entry.len() < MIN_REVOKED_PREFIX {
+        return Err("is too short to name one certificate unambiguously (at least 16 hex digits)");
+    }
+    Ok(entry.to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -259,6 +288,22 @@ mod tests {
         assert!(cfg.owner(&keys[0].key_id()).is_some());
         assert!(cfg.owner(&keys[1].key_id()).is_some());
         assert!(cfg.is_revoked(&Digest::of(b"old")));
+        assert!(!cfg.is_revoked(&Digest::of(b"new")));
+    }
+
+    #[test]
+    fn revokes_by_the_short_form_as_a_prefix() {
+        let (dir, _) = setup(1);
+        let old = Digest::of(b"old");
+        let p = write(
+            dir.path(),
+            &format!(
+                "required_signatures = 1\nowners = [\"keys/o0.key.pub\"]\nrevoked = [\"{}\"]\n",
+                old.short().to_uppercase()
+            ),
+        );
+        let cfg = TrustConfig::load(&p).unwrap();
+        assert!(cfg.is_revoked(&old));
         assert!(!cfg.is_revoked(&Digest::of(b"new")));
     }
 
@@ -332,6 +377,21 @@ mod tests {
         assert!(
             matches!(TrustConfig::load(&p), Err(TrustConfigError::Revoked { entry, .. }) if entry == "abc")
         );
+        for (entry, why) in [
+            (
+                "0123456789abcde",
+                "too short to name one certificate unambiguously",
+            ),
+            ("0123456789abcdeg", "is not a certificate digest"),
+            (&"a".repeat(65), "longer than a certificate digest"),
+        ] {
+            let p = write(
+                dir.path(),
+                &format!("required_signatures = 1\nowners = [\"keys/o0.key.pub\"]\nrevoked = [\"{entry}\"]\n"),
+            );
+            let err = TrustConfig::load(&p).unwrap_err();
+            assert!(err.to_string().contains(why), "{entry}: {err}");
+        }
         let p = write(
             dir.path(),
             "required_signatures = 1\nowners = [\"keys/none.pub\"]\n",

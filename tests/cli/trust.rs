@@ -278,6 +278,21 @@ fn approve_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 #[test]
+fn approve_valid_from_alone_moves_the_default_expiry_with_it() {
+    let env = Env::new();
+    env.keygen("a");
+    let out = env.ok(&approve_args(&["--valid-from", "2999-01-01T00:00:00Z"]));
+    // 90 days after the start of validity, not after now (which would end before it starts).
+    assert!(
+        out.contains("valid from 2999-01-01T00:00:00Z until 2999-04-01T00:00:00Z"),
+        "{out}"
+    );
+    let cert = Certificate::parse(&fs::read(env.path("new.json")).unwrap()).unwrap();
+    let p = cert.payload();
+    assert_eq!(p.expires_at, p.valid_from.plus_days(90).unwrap());
+}
+
+#[test]
 fn rejects_approve_with_expiry_not_after_valid_from() {
     let env = Env::new();
     env.keygen("a");
@@ -290,12 +305,6 @@ fn rejects_approve_with_expiry_not_after_valid_from() {
         ]),
         2,
         "expires_at 2027-01-01T00:00:00Z is not after valid_from 2027-01-01T00:00:00Z",
-    );
-    // Default expiry (issued + 90 days) before a far-future valid_from is refused too.
-    env.fails(
-        &approve_args(&["--valid-from", "2999-01-01T00:00:00Z"]),
-        2,
-        "is not after valid_from",
     );
     env.fails(
         &approve_args(&["--expires", "tomorrow"]),
@@ -659,6 +668,46 @@ fn rejects_revoked_certificate_digest() {
         &format!("certificate {digest} is revoked"),
     );
     assert!(stderr.contains("hint:"), "{stderr}");
+}
+
+#[test]
+fn revoked_accepts_the_short_digest_form_as_a_prefix() {
+    let env = Env::two_owner_cert();
+    let digest = Certificate::load(&env.path("cert.json")).unwrap().digest();
+    // The 16-hex form `approve`, `cosign` and `verify-cert` print.
+    let printed = env.ok(&["verify-cert", "cert.json"]);
+    assert!(printed.contains(&digest.short()), "{printed}");
+    env.trust(2, &["a", "b"], &[digest.short()]);
+    env.fails(
+        &["verify-cert", "cert.json"],
+        3,
+        &format!("certificate {} is revoked", digest.to_hex()),
+    );
+    // Another certificate's short form revokes nothing here.
+    env.trust(2, &["a", "b"], &["0123456789abcdef".into()]);
+    env.ok(&["verify-cert", "cert.json"]);
+}
+
+#[test]
+fn rejects_ambiguous_or_unknown_revoked_prefix() {
+    let env = Env::two_owner_cert();
+    let digest = Certificate::load(&env.path("cert.json")).unwrap().digest();
+    let short8 = digest.to_hex()[..8].to_owned();
+    for (entry, why) in [
+        (
+            short8.as_str(),
+            "which is too short to name one certificate unambiguously (at least 16 hex digits)",
+        ),
+        ("not-a-digest-at-all", "which is not a certificate digest"),
+    ] {
+        env.trust(2, &["a", "b"], &[entry.to_owned()]);
+        let stderr = env.fails(
+            &["verify-cert", "cert.json"],
+            2,
+            &format!("trust configuration trust.toml: field `revoked` has {entry:?}, {why}"),
+        );
+        assert!(stderr.contains("its first 16 or more"), "{stderr}");
+    }
 }
 
 #[test]
