@@ -154,7 +154,15 @@ impl Diagnose for InFile {
         self.source.exit()
     }
     fn hint(&self) -> Option<String> {
-        self.source.hint()
+        match &self.source {
+            // The file given, not a generic name for it.
+            CertError::ThresholdNotMet { .. } => Some(format!(
+                "more owners listed in the trust configuration must sign: `runner cosign {} \
+                 --key OWNER.key`",
+                self.path.display()
+            )),
+            other => other.hint(),
+        }
     }
 }
 

@@ -268,8 +268,13 @@ pub enum Refusal {
         problem: &'static str,
     },
     /// The job's output directory exists and is not empty.
-    #[error("output directory {0} already exists and is not empty")]
-    OutputExists(PathBuf),
+    #[error("job {}: output_dir {} already exists and is not empty", job.display(), path.display())]
+    OutputExists {
+        /// The job file.
+        job: PathBuf,
+        /// The directory (a shard's, inside output_dir, when the run is one).
+        path: PathBuf,
+    },
     /// The engine's bytes differ from the approved ones.
     #[error(
         "engine {path} is not the approved engine: source digest {found}, certificate approves {expected}"
@@ -334,8 +339,12 @@ pub enum Refusal {
     #[error(transparent)]
     Inputs(#[from] InputsError),
     /// The job asks for more than the policy allows.
-    #[error("job exceeds the policy limit {limit}: {found} > {max}")]
+    #[error("job {}: `{key}` exceeds the policy limit {limit}: {found} > {max}", job.display())]
     Limit {
+        /// The job file.
+        job: PathBuf,
+        /// The job's key (`inputs` for the number of inputs).
+        key: &'static str,
         /// The policy field.
         limit: &'static str,
         /// The job's value.
@@ -365,8 +374,10 @@ pub enum Refusal {
         vocab: usize,
     },
     /// The job asks for an output kind the policy does not allow.
-    #[error("job asks for output {}, which the policy does not allow (outputs: {allowed})", json_name(.kind))]
+    #[error("job {}: `generation.outputs` asks for output {}, which the policy does not allow (outputs: {allowed})", job.display(), json_name(.kind))]
     OutputKind {
+        /// The job file.
+        job: PathBuf,
         /// The refused kind.
         kind: OutputKind,
         /// What the policy allows.
@@ -465,7 +476,7 @@ impl Diagnose for Refusal {
             Refusal::Compile(e) => e.exit(),
             Refusal::NoRandomness => Exit::Failure,
             Refusal::OutputDir { .. }
-            | Refusal::OutputExists(_)
+            | Refusal::OutputExists { .. }
             | Refusal::NoTokenizer(_)
             | Refusal::TokenOutOfVocab { .. }
             | Refusal::ChatRole { .. }
@@ -564,7 +575,7 @@ impl Diagnose for Refusal {
             Refusal::OutputDir { .. } => "point output_dir at a new directory whose parent \
                 exists, outside the runner's state directory and the model directory"
                 .into(),
-            Refusal::OutputExists(_) => {
+            Refusal::OutputExists { .. } => {
                 "choose a new output_dir in the job, or move the old results away".into()
             }
         })
@@ -700,7 +711,10 @@ fn check_output_dir(job: &JobSpec, state_dir: &Path, shard: Option<Shard>) -> Re
         None => dir.clone(),
     };
     if output_dir_in_use(&target) {
-        return Err(Refusal::OutputExists(target));
+        return Err(Refusal::OutputExists {
+            job: job.path.clone(),
+            path: target,
+        });
     }
     Ok(())
 }
@@ -715,7 +729,8 @@ pub struct ApprovedEngine {
 pub fn engine(job: JobFile) -> Result<ApprovedEngine, Refusal> {
     let cert = &job.cert;
     let path = &job.spec.engine;
-    let source = read_bounded(path, crate::restrict::MAX_SOURCE_BYTES as u64, "engine")?;
+    let source = read_bounded(path, crate::restrict::MAX_SOURCE_BYTES as u64, "engine")
+        .map_err(|e| job.spec.at_key("engine", e))?;
     let found = Digest::of(&source);
     if found != cert.engine().source_digest {
         return Err(Refusal::EngineChanged {
@@ -772,7 +787,7 @@ pub fn model(engine: ApprovedEngine) -> Result<ApprovedModel, Refusal> {
     let dir = &engine.job.spec.model;
     // Digest before parsing: bytes the owners did not approve are refused as such (exit 3),
     // whatever is wrong with them, and never reach the safetensors parser.
-    let digest = model_digest(dir)?;
+    let digest = model_digest(dir).map_err(|e| engine.job.spec.at_key("model", e))?;
     if digest.digest != cert.model_digest() {
         return Err(Refusal::ModelChanged {
             path: dir.clone(),
@@ -811,7 +826,9 @@ fn read_inputs(
     let cap = inputs_cap(max_inputs);
     // A sealed file is larger than its plaintext by a header and 16 bytes per 64 KiB chunk.
     let sealed_cap = cap.saturating_add(cap / 4096).saturating_add(64 << 10);
-    let raw = Zeroizing::new(read_bounded(&job.inputs, sealed_cap, "inputs")?);
+    let raw = Zeroizing::new(
+        read_bounded(&job.inputs, sealed_cap, "inputs").map_err(|e| job.at_key("inputs", e))?,
+    );
     if !is_age(&raw) {
         if rule == SealRule::Required {
             return Err(Refusal::Unsealed {
@@ -842,12 +859,24 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     let policy = model.engine.job.cert.policy();
     let limits = &policy.limits;
     let g = &job.generation;
-    for (limit, found, max) in [
-        ("max_batch", g.batch_size, limits.max_batch),
-        ("max_new_tokens", g.max_new_tokens, limits.max_new_tokens),
+    for (key, limit, found, max) in [
+        (
+            "generation.batch_size",
+            "max_batch",
+            g.batch_size,
+            limits.max_batch,
+        ),
+        (
+            "generation.max_new_tokens",
+            "max_new_tokens",
+            g.max_new_tokens,
+            limits.max_new_tokens,
+        ),
     ] {
         if found > max {
             return Err(Refusal::Limit {
+                job: job.path.clone(),
+                key,
                 limit,
                 found: found.into(),
                 max: max.into(),
@@ -857,6 +886,7 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     for kind in &g.outputs {
         if !policy.outputs.contains(kind) {
             return Err(Refusal::OutputKind {
+                job: job.path.clone(),
                 kind: *kind,
                 allowed: policy
                     .outputs
@@ -872,6 +902,8 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     let inputs = parse_inputs(&bytes, &job.inputs)?;
     if inputs.len() as u64 > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
+            job: job.path.clone(),
+            key: "inputs",
             limit: "max_inputs",
             found: inputs.len() as u64,
             max: limits.max_inputs.into(),
@@ -1051,7 +1083,10 @@ fn load_tokenizer(
             .read(TOKENIZER_FILE)
             .map_err(WeightsError::from)?
     } else {
-        read_bounded(&path, MAX_TOKENIZER_BYTES, "tokenizer")?
+        read_bounded(&path, MAX_TOKENIZER_BYTES, "tokenizer").map_err(|e| match job.tokenizer {
+            Some(_) => Refusal::from(job.at_key("tokenizer", e)),
+            None => Refusal::from(e),
+        })?
     };
     if !bound_by_model {
         let sha = ring::digest::digest(&ring::digest::SHA256, &bytes);

@@ -120,6 +120,13 @@ impl Diagnose for StateError {
                 "check the directory's permissions, or choose another with --state-dir or \
                  ${STATE_DIR_ENV} (default {DEFAULT_STATE_DIR})"
             ),
+            StateError::Key(KeyError::File(e)) => format!(
+                "the runner's key pair ({RUNNER_KEY_FILE}, {RUNNER_KEY_FILE}.pub) lives in its \
+                 state directory {}, made by `runner init`; restore the file from a backup of \
+                 that directory, or make a new runner with `runner init --state-dir NEW` (owners \
+                 then trust its new key)",
+                e.path().parent().unwrap_or(Path::new(".")).display()
+            ),
             StateError::Key(e) => return e.hint(),
             StateError::SealKey { .. } => {
                 "the state directory is damaged; a runner whose identity \

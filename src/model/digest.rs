@@ -172,7 +172,11 @@ impl Diagnose for ModelDigestError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            ModelDigestError::ReadDir { .. } => "pass the checkpoint directory to --model".into(),
+            ModelDigestError::ReadDir { dir, .. } => format!(
+                "check the path {}: the model is a Hugging Face checkpoint directory \
+                 (config.json and *.safetensors weights) or a .gguf file",
+                dir.display()
+            ),
             ModelDigestError::Missing { .. } | ModelDigestError::NotGguf { .. } => {
                 "the model must be a Hugging Face checkpoint directory (config.json and \
                  *.safetensors weights), a .gguf file, or a directory holding exactly one"

@@ -79,6 +79,22 @@ impl Diagnose for ReadError {
     }
 }
 
+impl ReadError {
+    /// The file that was not read.
+    pub fn path(&self) -> &Path {
+        match self {
+            ReadError::Io { path, .. }
+            | ReadError::NotRegular { path, .. }
+            | ReadError::TooLarge { path, .. } => path,
+        }
+    }
+
+    /// Whether nothing is at the path.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ReadError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
 /// What `file` is, when it is not a regular file.
 fn not_regular(file: &File) -> io::Result<Option<&'static str>> {
     let t = file.metadata()?.file_type();

@@ -93,7 +93,11 @@ impl Diagnose for KeyError {
     }
     fn hint(&self) -> Option<String> {
         match self {
-            KeyError::File(_) => Some("check the path given to --key or in trust.toml".into()),
+            KeyError::File(e) if e.is_missing() => Some(format!(
+                "nothing is at {}: `runner keygen --out KEY` writes a key pair, KEY and KEY.pub",
+                e.path().display()
+            )),
+            KeyError::File(e) => e.hint(),
             KeyError::NotPrivate { path, .. } => Some(format!(
                 "a private key must be readable by its owner only: chmod 600 {}",
                 path.display()

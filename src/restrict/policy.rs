@@ -195,7 +195,12 @@ impl Diagnose for PolicyError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            PolicyError::File(_) => "check the path given to --policy".into(),
+            PolicyError::File(e) if e.is_missing() => format!(
+                "nothing is at {}: give the path of a policy JSON file (such as \
+                 policies/gemma3.json)",
+                e.path().display()
+            ),
+            PolicyError::File(e) => return e.hint(),
             PolicyError::Malformed { .. } => "a policy has exactly the fields schema, name, \
                 allow_functions, disallow_functions, limits {max_batch, max_new_tokens, \
                 max_prompt_tokens, max_inputs} and outputs; see policies/gemma3.json"

@@ -377,7 +377,11 @@ impl Diagnose for CertError {
     }
     fn hint(&self) -> Option<String> {
         Some(match self {
-            CertError::File(_) => "pass the cert.json written by `runner approve`".into(),
+            CertError::File(e) if e.is_missing() => format!(
+                "nothing is at {}: give the certificate file `runner approve --out` wrote",
+                e.path().display()
+            ),
+            CertError::File(e) => return e.hint(),
             CertError::Envelope(e) => return e.hint(),
             CertError::WrongPayloadType { .. } => {
                 "this file is another kind of signed document; pass a certificate".into()
@@ -398,7 +402,7 @@ impl Diagnose for CertError {
                 every owner who signed, or ask where the certificate came from"
                 .into(),
             CertError::ThresholdNotMet { .. } => "more owners listed in trust.toml must sign: \
-                `runner cosign cert.json --key OWNER.key`"
+                `runner cosign CERT --key OWNER.key`"
                 .into(),
             CertError::Revoked { .. } => {
                 "use the certificate that superseded it, or have owners approve a new one".into()

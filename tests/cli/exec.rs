@@ -313,7 +313,7 @@ fn rejects_batch_size_above_policy() {
         &env.exec_with_cert("cert-small.json"),
         3,
         &[
-            "job exceeds the policy limit max_batch: 3 > 2",
+            "job job.toml: `generation.batch_size` exceeds the policy limit max_batch: 3 > 2",
             "reduce the job to the policy's limits",
         ],
     );
@@ -328,7 +328,7 @@ fn rejects_max_new_tokens_above_policy() {
     env.refused(
         &env.exec_with_cert("cert-small.json"),
         3,
-        &["job exceeds the policy limit max_new_tokens: 9 > 8"],
+        &["job job.toml: `generation.max_new_tokens` exceeds the policy limit max_new_tokens: 9 > 8"],
     );
 }
 
@@ -343,7 +343,7 @@ fn rejects_more_inputs_than_policy() {
     env.refused(
         &env.exec_with_cert("cert-small.json"),
         3,
-        &["job exceeds the policy limit max_inputs: 4 > 3"],
+        &["job job.toml: `inputs` exceeds the policy limit max_inputs: 4 > 3"],
     );
 }
 
@@ -371,7 +371,7 @@ fn rejects_output_kind_the_policy_does_not_allow() {
     env.refused(
         &env.exec_with_cert("cert-small.json"),
         3,
-        &["job asks for output \"text\", which the policy does not allow (outputs: \"tokens\")"],
+        &["job job.toml: `generation.outputs` asks for output \"text\", which the policy does not allow (outputs: \"tokens\")"],
     );
 }
 
@@ -436,6 +436,97 @@ fn rejects_unknown_key_in_job_file() {
 }
 
 #[test]
+fn rejects_job_missing_several_keys_naming_all_of_them() {
+    let env = Env::approved_job();
+    env.write(
+        "job.toml",
+        "engine = \"engines/gemma3.eng\"\n\n[generation]\nbatch_size = 2\n",
+    );
+    let stderr = env.refused(
+        EXEC,
+        2,
+        &[
+            "job job.toml is missing the required keys `model`, `inputs`, `output_dir` and \
+             `generation.max_new_tokens`",
+            "docs/job.md",
+        ],
+    );
+    // No position: nothing is wrong at line 1, column 1.
+    assert!(!stderr.contains("line 1, column 1"), "{stderr}");
+    assert!(!stderr.contains('^'), "{stderr}");
+    env.write("job.toml", "engine = \"engines/gemma3.eng\"\n");
+    env.refused(
+        EXEC,
+        2,
+        &["missing the required keys `model`, `inputs`, `output_dir` and `[generation]`"],
+    );
+    // One missing key is named alone.
+    env.write(
+        "job.toml",
+        job_toml(2, 8, r#"["tokens"]"#).replace("inputs = \"inputs.jsonl\"\n", ""),
+    );
+    env.refused(
+        EXEC,
+        2,
+        &["job job.toml is missing the required key `inputs`"],
+    );
+}
+
+#[test]
+fn rejects_a_missing_file_a_job_key_names_naming_the_job_file_and_key() {
+    let env = Env::approved_job();
+    for (key, from, to, what) in [
+        (
+            "model",
+            "model = \"model\"",
+            "model = \"nomodel\"",
+            "cannot read model directory nomodel",
+        ),
+        (
+            "inputs",
+            "inputs = \"inputs.jsonl\"",
+            "inputs = \"nothing.jsonl\"",
+            "cannot read inputs nothing.jsonl",
+        ),
+        (
+            "engine",
+            "engine = \"engines/gemma3.eng\"",
+            "engine = \"engines/none.eng\"",
+            "cannot read engine engines/none.eng",
+        ),
+    ] {
+        let job = job_toml(2, 8, r#"["tokens"]"#);
+        assert!(job.contains(from), "{job}");
+        env.write("job.toml", job.replace(from, to));
+        let stderr = env.refused(
+            EXEC,
+            2,
+            &[
+                &format!("job job.toml, key `{key}`: {what}"),
+                &format!("nothing is there: fix `{key}` in job.toml"),
+            ],
+        );
+        // exec has no --model flag, and a missing file is not a format problem.
+        assert!(!stderr.contains("--model"), "{stderr}");
+        assert!(!stderr.contains("each line is a JSON object"), "{stderr}");
+    }
+    // The tokenizer, when the job names one.
+    env.write(
+        "job.toml",
+        job_toml(2, 8, r#"["tokens", "text"]"#)
+            .replace("[generation]", "tokenizer = \"none.json\"\n\n[generation]"),
+    );
+    env.refused(
+        EXEC,
+        2,
+        &[
+            "job job.toml, key `tokenizer`: cannot read tokenizer none.json",
+            "fix `tokenizer` in job.toml",
+        ],
+    );
+}
+
+#[test]
 fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
     let env = Env::approved_job();
     fs::create_dir(env.path("out")).unwrap();
@@ -444,8 +535,7 @@ fn rejects_non_empty_output_dir_and_leaves_it_untouched() {
         EXEC,
         2,
         &[
-            "output directory",
-            "already exists and is not empty",
+            "job job.toml: output_dir out already exists and is not empty",
             "choose a new output_dir",
         ],
     );
@@ -480,7 +570,14 @@ fn rejects_missing_certificate_engine_or_runner_state() {
         env.path("engines/moved.eng"),
     )
     .unwrap();
-    env.refused(EXEC, 2, &["cannot read engine", "engines/gemma3.eng"]);
+    env.refused(
+        EXEC,
+        2,
+        &[
+            "job job.toml, key `engine`: cannot read engine engines/gemma3.eng",
+            "fix `engine` in job.toml",
+        ],
+    );
     fs::rename(
         env.path("engines/moved.eng"),
         env.path("engines/gemma3.eng"),

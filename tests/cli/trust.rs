@@ -109,6 +109,77 @@ fn rejects_policy_with_unknown_field_or_bad_glob() {
     );
 }
 
+// ---- hints name what the user gave ----
+
+#[test]
+fn hints_name_the_path_given_not_a_flag_the_command_lacks() {
+    let env = Env::two_owner_cert();
+    // policy-id takes the policy as a positional file: no `--policy` in its hint.
+    let stderr = env.fails(
+        &["policy-id", "missing.json"],
+        2,
+        "cannot read policy missing.json",
+    );
+    assert!(
+        stderr.contains("hint: nothing is at missing.json"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--policy"), "{stderr}");
+    // cosign and verify-cert name the certificate file given, not `cert.json`.
+    for args in [
+        &["cosign", "approved.json", "--key", "keys/a.key"][..],
+        &["verify-cert", "approved.json"],
+    ] {
+        let stderr = env.fails(args, 2, "cannot read certificate approved.json");
+        assert!(
+            stderr.contains("hint: nothing is at approved.json"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("cert.json"), "{stderr}");
+    }
+    fs::rename(env.path("cert.json"), env.path("approved.json")).unwrap();
+    env.trust(2, &["a", "b"], &[]);
+    env.approve("a", "one.json", &[]);
+    let stderr = env.fails(&["verify-cert", "one.json"], 3, "1 valid, 2 required");
+    assert!(
+        stderr.contains("`runner cosign one.json --key OWNER.key`"),
+        "{stderr}"
+    );
+    // approve's missing model: the path given, right for --model as for a job's `model`.
+    let mut args = approve_args(&[]);
+    args[6] = "nomodel";
+    let stderr = env.fails(&args, 2, "cannot read model directory nomodel");
+    assert!(stderr.contains("hint: check the path nomodel"), "{stderr}");
+    // A missing owner key file: the path, and how such a file is made.
+    let stderr = env.fails(
+        &["cosign", "approved.json", "--key", "keys/none.key"],
+        2,
+        "cannot read key file keys/none.key",
+    );
+    assert!(
+        stderr.contains("hint: nothing is at keys/none.key: `runner keygen --out KEY`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_runner_key_hint_points_at_the_state_directory_and_init() {
+    let env = Env::new();
+    env.ok(&["init", "--state-dir", "st"]);
+    fs::remove_file(env.path("st/runner.key.pub")).unwrap();
+    let stderr = env.fails(
+        &["identity", "--state-dir", "st"],
+        2,
+        "cannot read key file st/runner.key.pub",
+    );
+    assert!(
+        stderr.contains("lives in its state directory st, made by `runner init`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--key"), "{stderr}");
+    assert!(!stderr.contains("trust.toml"), "{stderr}");
+}
+
 // ---- approve / cosign / inspect / verify-cert: the happy path ----
 
 #[test]
