@@ -1,10 +1,12 @@
-//! `runner audit verify`: check the audit log's digest chain.
+//! `runner audit verify`: check the audit log's digest chain; `runner audit list`: show its
+//! entries, without the parts derived from private data.
 
 use std::path::PathBuf;
 
 use super::{print, CliResult};
 use crate::job::audit::AuditLog;
 use crate::job::state::state_dir;
+use crate::primitives::digest::Digest;
 
 /// Flags of `runner audit`.
 #[derive(Debug, clap::Args)]
@@ -17,6 +19,9 @@ pub struct AuditArgs {
 enum AuditCommand {
     /// Check the chain: report the first broken line, or the count and the last digest.
     Verify(AuditVerifyArgs),
+    /// Show the entries (after checking the chain): time, outcome, reason and digests, never
+    /// the inputs commitment or the output digests.
+    List(AuditVerifyArgs),
 }
 
 /// Flags of `runner audit verify`.
@@ -34,7 +39,50 @@ struct AuditVerifyArgs {
 pub fn audit(args: AuditArgs) -> CliResult {
     match args.command {
         AuditCommand::Verify(args) => verify(args),
+        AuditCommand::List(args) => list(args),
     }
+}
+
+fn list(args: AuditVerifyArgs) -> CliResult {
+    let log = AuditLog::open(&state_dir(args.state_dir.as_deref()));
+    let entries = log.list()?;
+    if args.json {
+        let doc = serde_json::json!({
+            "log": log.path().display().to_string(),
+            "entries": entries,
+        });
+        return print(&format!("{doc:#}\n"));
+    }
+    let short = |d: Option<Digest>| d.map_or_else(|| "-".to_owned(), |d| d.short());
+    let mut out = format!(
+        "audit log    {} ({} entries)\n",
+        log.path().display(),
+        entries.len()
+    );
+    for e in &entries {
+        out.push_str(&format!(
+            "{:>5}  {}  {:<8}  attempt {}  certificate {}  engine {}  policy_id {}  model {}  \
+             job {}  outputs {}\n",
+            e.seq,
+            e.time,
+            e.outcome.as_str(),
+            e.attempt,
+            short(e.certificate_digest),
+            short(e.engine_digest),
+            short(e.policy_id),
+            short(e.model_digest),
+            short(e.job_digest),
+            e.outputs,
+        ));
+        if let Some(reason) = &e.reason {
+            // The first line: a message may go on with details.
+            out.push_str(&format!(
+                "       reason: {}\n",
+                reason.lines().next().unwrap_or("")
+            ));
+        }
+    }
+    print(&out)
 }
 
 fn verify(args: AuditVerifyArgs) -> CliResult {

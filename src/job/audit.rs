@@ -179,6 +179,55 @@ pub struct AuditEntry {
     pub prev: Digest,
 }
 
+/// What `runner audit list` shows of an entry: an allow-list of its fields. Left out are the
+/// inputs commitment and the output digests, which are derived from the private inputs and
+/// outputs (a digest of an output confirms a guess of it), and the chain's `prev` link, which
+/// `runner audit verify` checks; only the number of files written is kept. `reason` is an error
+/// text, which never carries input or output contents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListedEntry {
+    /// 1-based position in the log.
+    pub seq: u64,
+    /// When the entry was appended.
+    pub time: Timestamp,
+    /// The attempt's id.
+    pub attempt: String,
+    /// What happened.
+    pub outcome: Outcome,
+    /// Error text of a refusal or failure.
+    pub reason: Option<String>,
+    /// Digest of the certificate presented.
+    pub certificate_digest: Option<Digest>,
+    /// BLAKE3 of the engine source.
+    pub engine_digest: Option<Digest>,
+    /// The certificate's `policy_id`.
+    pub policy_id: Option<Digest>,
+    /// The model digest.
+    pub model_digest: Option<Digest>,
+    /// BLAKE3 of `job.toml`.
+    pub job_digest: Option<Digest>,
+    /// How many files the attempt wrote.
+    pub outputs: usize,
+}
+
+impl From<&AuditEntry> for ListedEntry {
+    fn from(e: &AuditEntry) -> ListedEntry {
+        ListedEntry {
+            seq: e.seq,
+            time: e.time,
+            attempt: e.attempt.clone(),
+            outcome: e.outcome,
+            reason: e.reason.clone(),
+            certificate_digest: e.certificate_digest,
+            engine_digest: e.engine_digest,
+            policy_id: e.policy_id,
+            model_digest: e.model_digest,
+            job_digest: e.job_digest,
+            outputs: e.output_digests.len(),
+        }
+    }
+}
+
 /// What is wrong at one line of the log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -406,6 +455,18 @@ impl AuditLog {
 
     /// Check the whole chain; the first broken link is reported with its line number.
     pub fn verify(&self) -> Result<ChainSummary, AuditError> {
+        self.walk(&mut |_| {})
+    }
+
+    /// Every entry, in order, as [`ListedEntry`] (its public fields only), after the whole
+    /// chain checked out: a broken log is reported, not listed.
+    pub fn list(&self) -> Result<Vec<ListedEntry>, AuditError> {
+        let mut entries = Vec::new();
+        self.walk(&mut |e| entries.push(ListedEntry::from(e)))?;
+        Ok(entries)
+    }
+
+    fn walk(&self, visit: &mut dyn FnMut(&AuditEntry)) -> Result<ChainSummary, AuditError> {
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -421,7 +482,7 @@ impl AuditLog {
                 })
             }
         };
-        match verify_chain(BufReader::new(file)) {
+        match walk_chain(BufReader::new(file), visit) {
             Ok(summary) => Ok(summary),
             Err(VerifyError::Io(source)) => Err(AuditError::Io {
                 action: "read",
@@ -447,7 +508,15 @@ pub enum VerifyError {
 
 /// Check a log's bytes, line by line, in order: each line is complete, strict JSON, an entry,
 /// canonical, has `seq` equal to its line number, and `prev` equal to the previous line's digest.
-pub fn verify_chain(mut reader: impl BufRead) -> Result<ChainSummary, VerifyError> {
+pub fn verify_chain(reader: impl BufRead) -> Result<ChainSummary, VerifyError> {
+    walk_chain(reader, &mut |_| {})
+}
+
+/// [`verify_chain`], handing each entry to `visit` once its link is checked.
+fn walk_chain(
+    mut reader: impl BufRead,
+    visit: &mut dyn FnMut(&AuditEntry),
+) -> Result<ChainSummary, VerifyError> {
     let mut prev = GENESIS_PREV;
     let mut last = None;
     let mut line_no: u64 = 0;
@@ -485,6 +554,7 @@ pub fn verify_chain(mut reader: impl BufRead) -> Result<ChainSummary, VerifyErro
             }));
         }
         prev = Digest::of(line);
+        visit(&entry);
         match entry.outcome {
             Outcome::Admitted => open.push((entry.seq, entry.attempt.clone())),
             Outcome::Accepted | Outcome::Failed => open.retain(|(_, a)| *a != entry.attempt),
