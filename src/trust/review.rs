@@ -64,7 +64,13 @@ pub enum ViewDiff {
         /// Unified diff, old view to new view (empty when equal).
         unified: String,
     },
-    /// Only the digests are known.
+    /// The old engine was not given, and the new view's digest is the certificate's: the
+    /// owners would see exactly the view they approved.
+    Unchanged {
+        /// The view digest, old and new.
+        digest: Digest,
+    },
+    /// Only the digests are known, and they differ.
     Unavailable {
         /// The certificate's view digest.
         old_digest: Digest,
@@ -99,6 +105,11 @@ pub struct Review {
     /// Who may read the results: the certificate's recipients, and the new list when one was
     /// given (sorted, no repeats).
     pub recipients: Change<Vec<String>>,
+    /// The source changed but the owners' view did not: the whole change lies inside private
+    /// regions (hidden lines, blanked constants), where owners cannot see it.
+    pub hidden_change: bool,
+    /// Whether the certificate no longer covers what would run, so owners must sign anew.
+    pub reapproval_needed: bool,
     /// One line: what changed and whether re-approval is needed.
     pub verdict: String,
 }
@@ -241,11 +252,19 @@ pub fn review(
             None => old.recipients.clone(),
         },
     };
+    let hidden_change =
+        !source_digest.unchanged() && approved.view_digest == Digest::of(new.view().as_bytes());
+    let reapproval_needed = !(policy_id.unchanged()
+        && source_digest.unchanged()
+        && model_digest.as_ref().is_none_or(Change::unchanged)
+        && recipients.unchanged());
     let verdict = verdict(
         &policy_id,
         &source_digest,
+        hidden_change,
         model_digest.as_ref(),
         &recipients,
+        reapproval_needed,
     );
     Ok(Review {
         certificate,
@@ -265,6 +284,8 @@ pub fn review(
         view,
         model_digest,
         recipients,
+        hidden_change,
+        reapproval_needed,
         verdict,
     })
 }
@@ -278,9 +299,13 @@ fn view_diff(
     old_engine: Option<&Checked>,
 ) -> Result<ViewDiff, ReviewError> {
     let Some(o) = old_engine else {
+        let new_digest = Digest::of(new.view().as_bytes());
+        if new_digest == approved.view_digest {
+            return Ok(ViewDiff::Unchanged { digest: new_digest });
+        }
         return Ok(ViewDiff::Unavailable {
             old_digest: approved.view_digest,
-            new_digest: Digest::of(new.view().as_bytes()),
+            new_digest,
         });
     };
     let found = Digest::of(o.source().as_bytes());
@@ -307,8 +332,10 @@ fn view_diff(
 fn verdict(
     policy_id: &Change<Digest>,
     source_digest: &Change<Digest>,
+    hidden_change: bool,
     model_digest: Option<&Change<Digest>>,
     recipients: &Change<Vec<String>>,
+    reapproval_needed: bool,
 ) -> String {
     let mut parts = vec![
         if policy_id.unchanged() {
@@ -318,6 +345,8 @@ fn verdict(
         },
         if source_digest.unchanged() {
             "source unchanged"
+        } else if hidden_change {
+            "source changed only inside private regions (not visible in the view)"
         } else {
             "source changed"
         },
@@ -330,14 +359,10 @@ fn verdict(
     if !recipients.unchanged() {
         parts.push("recipients CHANGED");
     }
-    let everything_same = policy_id.unchanged()
-        && source_digest.unchanged()
-        && model_digest.is_none_or(Change::unchanged)
-        && recipients.unchanged();
-    parts.push(if everything_same {
-        "the certificate still applies"
-    } else {
+    parts.push(if reapproval_needed {
         "re-approval needed"
+    } else {
+        "the certificate still applies"
     });
     parts.join("; ")
 }
@@ -439,6 +464,13 @@ impl Review {
             ViewDiff::Diff { unified } if unified.is_empty() => {
                 let _ = writeln!(s, "view              unchanged");
             }
+            ViewDiff::Unchanged { digest } => {
+                let _ = writeln!(
+                    s,
+                    "view              unchanged (view digest {} in the certificate and now)",
+                    digest.short()
+                );
+            }
             ViewDiff::Diff { unified } => {
                 let _ = writeln!(s, "view diff (owner's redacted view, approved -> new):");
                 s.push_str(unified);
@@ -455,6 +487,15 @@ impl Review {
                     new_digest.short()
                 );
             }
+        }
+        if self.hidden_change {
+            let _ = writeln!(
+                s,
+                "hidden change     the source changed but the view did not: the whole change \
+                 lies inside private regions (hidden lines or blanked constants), so owners \
+                 cannot see it; only the engine author can say what it does, and the verifier's \
+                 report above is all the view shows of it"
+            );
         }
         let _ = writeln!(s, "verdict           {}", self.verdict);
         s

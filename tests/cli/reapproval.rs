@@ -106,3 +106,60 @@ fn rejects_superseding_certificate_without_the_threshold() {
     env.install_engine("gemma3_unrolled.eng");
     env.ok(&["exec", "--quiet", "--cert", "cert-unrolled.json", &job]);
 }
+
+#[test]
+fn review_without_the_old_engine_says_view_unchanged_and_names_a_hidden_change() {
+    let env = Env::two_owner_cert();
+    let review = |json: bool| {
+        let mut args = vec!["review", "--cert", "cert.json", "--engine", "gemma3.eng"];
+        if json {
+            args.push("--json");
+        }
+        env.ok(&args)
+    };
+    // The approved engine itself: the view digests match, so the view is unchanged (not
+    // "not available").
+    let same = review(false);
+    assert!(
+        same.contains("view              unchanged (view digest"),
+        "{same}"
+    );
+    assert!(!same.contains("not available"), "{same}");
+    assert!(!same.contains("hidden change"), "{same}");
+    assert!(same.contains("the certificate still applies"), "{same}");
+    let json: serde_json::Value = serde_json::from_str(&review(true)).unwrap();
+    assert_eq!(json["view"]["status"], "unchanged");
+    assert_eq!(json["hidden_change"], false);
+    assert_eq!(json["reapproval_needed"], false);
+
+    // A change entirely inside the `hide` region (the feed-forward's operands swapped): the
+    // source digest changes, the owners' view does not, and the review says so.
+    let engine = env.read("gemma3.eng");
+    let hidden = "mul(gate, linear(h, layer.up_proj))";
+    assert!(engine.contains(hidden));
+    env.write(
+        "gemma3.eng",
+        engine.replace(hidden, "mul(linear(h, layer.up_proj), gate)"),
+    );
+    let changed = review(false);
+    assert!(changed.contains("source digest     CHANGED"), "{changed}");
+    assert!(changed.contains("view              unchanged"), "{changed}");
+    assert!(
+        changed.contains("the whole change lies inside private regions")
+            && changed.contains("owners cannot see it"),
+        "{changed}"
+    );
+    assert!(
+        changed.contains(
+            "verdict           policy unchanged; source changed only inside private regions \
+             (not visible in the view); re-approval needed"
+        ),
+        "{changed}"
+    );
+    // Private source never appears.
+    assert!(!changed.contains("up_proj"), "{changed}");
+    let json: serde_json::Value = serde_json::from_str(&review(true)).unwrap();
+    assert_eq!(json["hidden_change"], true);
+    assert_eq!(json["reapproval_needed"], true);
+    assert!(!json.to_string().contains("up_proj"));
+}
