@@ -3,7 +3,9 @@
 //! model, the restrict check, an owner's certificate naming a recipient, a job on private
 //! prompts sealed to the runner, `exec`, receipt verification and the recipient opening the
 //! sealed outputs, and finally two refusals (the engine edited after approval, inputs sealed to
-//! another runner).
+//! another runner). Each step prints the `runner` command that does the same, to replay it by
+//! hand, and the directory is left as the lines say: the accepted run's outputs in `out/`, the
+//! approved engine in place, the inputs that ran in `inputs.jsonl.age`.
 
 use std::path::{Path, PathBuf};
 
@@ -46,7 +48,7 @@ pub struct DemoArgs {
     /// The model to run: a .gguf file or a checkpoint directory. Default: the real Gemma 3 270M
     /// when `scripts/fetch_model.sh gemma3-270m` has cached it (and the tokenizer), else a
     /// built-in random-weight model.
-    #[arg(long, value_name = "FILE.gguf|DIR", conflicts_with = "builtin")]
+    #[arg(long, value_name = "DIR|FILE.gguf", conflicts_with = "builtin")]
     pub model: Option<PathBuf>,
     /// Use the built-in random-weight model even when the real one is cached.
     #[arg(long)]
@@ -107,12 +109,35 @@ fn fresh_dir(arg: Option<PathBuf>) -> Result<PathBuf, DemoError> {
     Ok(dir)
 }
 
+/// The command line that does what a step just did, printed under it.
+fn replay(command: &str) -> CliResult {
+    print(&format!("              $ {command}\n"))
+}
+
+/// `path` as a replayed command line spells it: quoted when it holds anything a shell would
+/// split or expand.
+fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c));
+    if plain && !text.is_empty() {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// The flags every `runner exec` of the demo runs with (its state directory, its trust file).
+const EXEC_FLAGS: &str = "--cert cert.json --trust trust.toml --state-dir state";
+
 /// Build and run the demo: each step prints one numbered line.
 pub fn demo(args: DemoArgs) -> CliResult {
     let started = std::time::Instant::now();
     let dir = fresh_dir(args.dir)?;
     print(&format!(
-        "runner demo: the whole flow, in {}\n\n",
+        "runner demo: the whole flow, in {} (each `$` line is the command that does the \
+         same step by hand, from that directory)\n\n",
         dir.display()
     ))?;
     let keys = make_keys(&dir)?;
@@ -156,10 +181,10 @@ pub fn demo(args: DemoArgs) -> CliResult {
     };
     let result = exec(&request)?;
     verify(&dir, &result, &cert, &keys)?;
-    guard(&dir, &request)?;
+    guard(&dir, &model, &request)?;
     print(&format!(
-        "\ndone in {:.1} s; everything is in {} (the accepted run's outputs in results/, the \
-         audit log in state/audit.jsonl)\n",
+        "\ndone in {:.1} s; everything is in {} (the accepted run's outputs in out/, the \
+         audit log in state/audit.jsonl: `runner audit list --state-dir state`)\n",
         started.elapsed().as_secs_f64(),
         dir.display()
     ))
@@ -197,6 +222,9 @@ fn make_keys(dir: &Path) -> Result<Keys, CliError> {
         runner.key_id().short(),
         short_recipient(&state.recipient()?),
     ))?;
+    replay("runner keygen --out keys/owner.key")?;
+    replay("age-keygen -o keys/recipient.age")?;
+    replay("runner init --state-dir state")?;
     Ok(Keys {
         owner,
         runner,
@@ -218,7 +246,10 @@ fn make_trust(dir: &Path) -> Result<TrustConfig, CliError> {
          required_signatures = 1\nowners = [\"keys/owner.key.pub\"]\nrevoked = []\n",
     )?;
     let trust = TrustConfig::load(&dir.join("trust.toml"))?;
-    print("2. trust       trust.toml: 1 owner signature required\n")?;
+    print(
+        "2. trust       trust.toml: 1 owner signature required (a file the operator writes, as \
+         examples/trust.toml)\n",
+    )?;
     Ok(trust)
 }
 
@@ -254,6 +285,9 @@ fn real_model(path: PathBuf) -> Result<DemoModel, CliError> {
         path.display(),
         digest.short()
     ))?;
+    if cached_real_model().as_deref() == Some(path.as_path()) {
+        replay("scripts/fetch_model.sh gemma3-270m")?;
+    }
     if !tokenizer {
         note_no_tokenizer()?;
     }
@@ -328,6 +362,7 @@ fn check_engine(dir: &Path) -> Result<(Policy, Checked), CliError> {
         report.builtins_used.len(),
         policy.policy_id().short()
     ))?;
+    replay("runner restrict engines/gemma3.eng --policy policies/gemma3.json --view view.eng")?;
     Ok((policy, checked))
 }
 
@@ -362,6 +397,13 @@ fn approve(
          recipient\n",
         cert.digest().short()
     ))?;
+    replay(&format!(
+        "runner approve --engine engines/gemma3.eng --policy policies/gemma3.json --model {} \
+         --key keys/owner.key --out cert.json --lineage gemma3 --recipient {} --note \
+         'demo approval'",
+        shell_word(&model.path),
+        keys.recipient.recipient()
+    ))?;
     Ok(cert)
 }
 
@@ -373,8 +415,10 @@ fn attest_runner(dir: &Path, keys: &Keys, tsm_root: &Path) -> Result<String, Cli
     let mut nonce = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
         .map_err(|_| DemoError::NoRandomness)?;
+    let mut no_hardware = "";
     let evidence = match attest(&subject, &nonce, Source::Tsm(&Kernel, tsm_root)) {
         Err(EvidenceError::Tsm(TsmError::Absent(_))) => {
+            no_hardware = " --allow-no-hardware";
             attest(&subject, &nonce, Source::NoHardware)?
         }
         other => other?,
@@ -413,13 +457,19 @@ fn attest_runner(dir: &Path, keys: &Keys, tsm_root: &Path) -> Result<String, Cli
         ),
         Err(e) => return Err(e.into()),
     };
+    let nonce = hex::encode(nonce);
     print(&format!(
-        "6. attest      `runner attest`: {marking}\n              \
-         `runner verify-attestation evidence.json --nonce {}`: signed by runner {}, nonce \
-         matches; the owner seals to the recipient it names, {}\n",
-        hex::encode(nonce),
+        "6. attest      the runner attests: {marking}\n              \
+         the owner checks evidence.json: signed by runner {}, nonce matches; the owner seals to \
+         the recipient it names, {}\n",
         evidence.signer.key_id().short(),
         short_recipient(&evidence.payload.binding.age_recipient),
+    ))?;
+    replay(&format!(
+        "runner attest --state-dir state --nonce {nonce} --out evidence.json{no_hardware}"
+    ))?;
+    replay(&format!(
+        "runner verify-attestation evidence.json --nonce {nonce}"
     ))?;
     Ok(evidence.payload.binding.age_recipient)
 }
@@ -447,7 +497,21 @@ fn write_job(dir: &Path, model: &DemoModel, runner: &str) -> Result<(), CliError
         &dir.join("inputs.jsonl.age"),
         seal(inputs.as_bytes(), &[runner.to_owned()])?,
     )?;
-    let outputs = if text {
+    write(
+        &dir.join("job.toml"),
+        job_toml(model, "inputs.jsonl.age", "out"),
+    )?;
+    print(&format!(
+        "7. job         job.toml: 3 private prompts sealed to the runner (inputs.jsonl.age, \
+         sealed in memory: the plaintext is never written), batch 3, {} new tokens each\n",
+        model.new_tokens
+    ))?;
+    replay(&format!("age -r {runner} -o inputs.jsonl.age inputs.jsonl"))
+}
+
+/// A job of the demo's engine and model on `inputs`, publishing into `output_dir`.
+fn job_toml(model: &DemoModel, inputs: &str, output_dir: &str) -> String {
+    let outputs = if model.tokenizer {
         "[\"text\", \"tokens\"]"
     } else {
         "[\"tokens\"]"
@@ -457,18 +521,11 @@ fn write_job(dir: &Path, model: &DemoModel, runner: &str) -> Result<(), CliError
     let model_path = model_path.replace('\\', "\\\\").replace('"', "\\\"");
     let new_tokens = model.new_tokens;
     let template = if model.real { "raw" } else { "chat" };
-    write(
-        &dir.join("job.toml"),
-        format!(
-            "engine = \"engines/gemma3.eng\"\nmodel = \"{model_path}\"\ninputs = \"inputs.jsonl.age\"\n\
-             output_dir = \"out\"\n\n[generation]\n\
-             batch_size = 3\nmax_new_tokens = {new_tokens}\ntemplate = \"{template}\"\noutputs = {outputs}\n"
-        ),
-    )?;
-    print(&format!(
-        "7. job         job.toml: 3 private prompts sealed to the runner (inputs.jsonl.age), \
-         batch 3, {new_tokens} new tokens each\n",
-    ))
+    format!(
+        "engine = \"engines/gemma3.eng\"\nmodel = \"{model_path}\"\ninputs = \"{inputs}\"\n\
+         output_dir = \"{output_dir}\"\n\n[generation]\n\
+         batch_size = 3\nmax_new_tokens = {new_tokens}\ntemplate = \"{template}\"\noutputs = {outputs}\n"
+    )
 }
 
 /// 8. exec: the audit log, the trusted boundary, then the run.
@@ -488,6 +545,7 @@ fn exec(request: &ExecRequest<'_>) -> Result<RunResult, CliError> {
             None => "no hardware evidence in the receipt (cert.json requires none)".to_owned(),
         }
     ))?;
+    replay(&format!("runner exec {EXEC_FLAGS} job.toml"))?;
     Ok(result)
 }
 
@@ -513,40 +571,77 @@ fn verify(dir: &Path, result: &RunResult, cert: &Certificate, keys: &Keys) -> Cl
     for line in String::from_utf8_lossy(&plain).lines() {
         print(&format!("              {line}\n"))?;
     }
-    Ok(())
+    replay(&format!(
+        "runner verify out/{RECEIPT_FILE} --cert cert.json --runner-key \
+         state/runner.key.pub --identity keys/recipient.age"
+    ))?;
+    replay(&format!(
+        "runner decrypt --identity keys/recipient.age out/{}",
+        result.outputs_name
+    ))
 }
 
-/// 10. The guard: the engine edited after approval is refused (and the refusal audited).
-fn guard(dir: &Path, request: &ExecRequest<'_>) -> CliResult {
+/// 10 and 11. The guard: the engine edited after approval is refused, and so are inputs sealed
+/// to another runner (both refusals audited). Each runs its own job file, whose output
+/// directory stays unwritten, so `out/` keeps the accepted run's outputs; the approved engine is
+/// put back whatever the refusal, and the inputs that ran stay in `inputs.jsonl.age`.
+fn guard(dir: &Path, model: &DemoModel, request: &ExecRequest<'_>) -> CliResult {
+    let edited_job = dir.join("job-edited-engine.toml");
     write(
-        &dir.join("engines/gemma3.eng"),
-        format!("{ENGINE}// an unapproved edit\n"),
+        &edited_job,
+        job_toml(model, "inputs.jsonl.age", "out-edited-engine"),
     )?;
-    // The accepted run's outputs stay for the reader, beside the output directory the guard
-    // runs would write.
-    std::fs::rename(dir.join("out"), dir.join("results")).map_err(|source| DemoError::Io {
-        path: dir.join("results"),
-        source,
-    })?;
-    let Err(refusal) = crate::job::exec::exec(request, &mut |_| {}) else {
+    let engine = dir.join("engines/gemma3.eng");
+    write(&engine, format!("{ENGINE}// an unapproved edit\n"))?;
+    let outcome = crate::job::exec::exec(
+        &ExecRequest {
+            job: &edited_job,
+            ..*request
+        },
+        &mut |_| {},
+    );
+    // The approved engine back before anything else, refused or not.
+    write(&engine, ENGINE)?;
+    let Err(refusal) = outcome else {
         return Err(DemoError::GuardFailed.into());
     };
     print(&format!(
-        "10. guard      after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
+        "10. guard      after editing engines/gemma3.eng, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n              (engines/gemma3.eng is the approved engine again)\n",
         refusal.exit().code(),
         refusal.hint().unwrap_or_default()
     ))?;
+    replay(&format!(
+        "echo '// an unapproved edit' >> engines/gemma3.eng; runner exec {EXEC_FLAGS} \
+         job-edited-engine.toml"
+    ))?;
     // Inputs sealed to another runner: this one cannot open them.
-    write(&dir.join("engines/gemma3.eng"), ENGINE)?;
     let other = SealKey::generate().recipient();
     let inputs = b"{\"id\": \"q1\", \"tokens\": [2, 17]}\n";
-    write(&dir.join("inputs.jsonl.age"), seal(inputs, &[other])?)?;
-    let Err(refusal) = crate::job::exec::exec(request, &mut |_| {}) else {
+    write(
+        &dir.join("inputs-other-runner.jsonl.age"),
+        seal(inputs, std::slice::from_ref(&other))?,
+    )?;
+    let other_job = dir.join("job-other-runner.toml");
+    write(
+        &other_job,
+        job_toml(model, "inputs-other-runner.jsonl.age", "out-other-runner"),
+    )?;
+    let Err(refusal) = crate::job::exec::exec(
+        &ExecRequest {
+            job: &other_job,
+            ..*request
+        },
+        &mut |_| {},
+    ) else {
         return Err(DemoError::GuardFailed.into());
     };
     print(&format!(
         "11. guard      inputs sealed to another runner, exec refuses (exit {}):\n              {refusal}\n              hint: {}\n",
         refusal.exit().code(),
         refusal.hint().unwrap_or_default()
+    ))?;
+    replay(&format!(
+        "age -r {other} -o inputs-other-runner.jsonl.age inputs.jsonl; runner exec \
+         {EXEC_FLAGS} job-other-runner.toml"
     ))
 }

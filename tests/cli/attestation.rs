@@ -12,7 +12,7 @@ use runner::trust::receipt::RunnerIdentity;
 use serde_json::Value;
 
 use crate::common::tsm::{fixture, root, snp_report, tdx_kernel, FakeKernel};
-use crate::common::Env;
+use crate::common::{Env, TestCommand};
 
 /// The sample quote's MRTD: what a certificate pins to accept the fake kernel's reports.
 const SAMPLE_MRTD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
@@ -331,16 +331,78 @@ fn the_demo_walks_the_owner_flow_and_marks_the_missing_hardware() {
         .env(runner::attestation::tsm::TSM_ROOT_ENV, &none)
         .ok();
     for needle in [
-        "6. attest      `runner attest`: NO HARDWARE on this machine",
+        "6. attest      the runner attests: NO HARDWARE on this machine",
         "nonce matches; the owner seals to the recipient it names",
         "no hardware evidence in the receipt (cert.json requires none)",
         "10. guard",
         "11. guard",
+        "--out evidence.json --allow-no-hardware\n",
+        "$ runner exec --cert cert.json --trust trust.toml --state-dir state job.toml\n",
     ] {
         assert!(out.contains(needle), "{needle:?} in {out}");
     }
     let evidence = env.ok(&["verify-attestation", "demo/evidence.json"]);
     assert!(evidence.contains("NO HARDWARE REPORT"), "{evidence}");
+}
+
+#[test]
+fn the_demo_leaves_what_it_says_and_prints_each_step_as_a_command() {
+    let env = Env::new();
+    let out = env
+        .command(&["demo", "--builtin", "--dir", "demo"])
+        .env(runner::attestation::tsm::TSM_ROOT_ENV, env.path("no-tsm"))
+        .ok();
+    // Every step that has a command prints it, right under its line.
+    let lines: Vec<&str> = out.lines().collect();
+    for step in ["1.", "4.", "5.", "6.", "7.", "8.", "9.", "10.", "11."] {
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("{step} ")))
+            .unwrap_or_else(|| panic!("no step {step} in {out}"));
+        let next_step = lines[at + 1..]
+            .iter()
+            .position(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit()) || l.is_empty())
+            .map_or(lines.len(), |n| at + 1 + n);
+        assert!(
+            lines[at..next_step]
+                .iter()
+                .any(|l| l.trim_start().starts_with("$ runner ")
+                    || l.trim_start().starts_with("$ age")
+                    || l.trim_start().starts_with("$ echo") && l.contains("; runner ")),
+            "step {step} prints no command: {out}"
+        );
+    }
+    // The accepted run's outputs are where step 8 says, and the printed verify command, run
+    // from the demo's directory, checks them and the inputs that ran.
+    assert!(
+        out.contains("wrote out/outputs.jsonl.age (sealed) and out/receipt.json"),
+        "{out}"
+    );
+    let verify = lines
+        .iter()
+        .find_map(|l| l.trim_start().strip_prefix("$ runner verify "))
+        .unwrap_or_else(|| panic!("no verify command in {out}"));
+    let mut args = vec!["verify"];
+    args.extend(verify.split(' '));
+    args.extend(["--inputs", "inputs.jsonl.age"]);
+    let mut cmd = TestCommand::new();
+    cmd.args(&args).cmd().current_dir(env.path("demo"));
+    let verified = cmd.ok();
+    assert!(verified.contains("verified"), "{verified}");
+    // Nothing it said it wrote is gone, and nothing is left that it did not mention: the
+    // refused runs wrote nothing, and the approved engine is back in place.
+    assert!(!env.path("demo/results").exists());
+    assert!(!env.path("demo/out-edited-engine").exists());
+    assert!(!env.path("demo/out-other-runner").exists());
+    assert_eq!(
+        env.read("demo/engines/gemma3.eng"),
+        std::fs::read_to_string(crate::common::repo::root().join("engines/gemma3.eng")).unwrap()
+    );
+    assert!(
+        out.contains("engines/gemma3.eng is the approved engine again"),
+        "{out}"
+    );
+    assert!(out.contains("the accepted run's outputs in out/"), "{out}");
 }
 
 #[test]
