@@ -76,7 +76,7 @@ not debuggable. Exit 0 means every check that applies passed; the output says wh
 apply (no hardware, an SEV-SNP signature not checked, no nonce given).")]
 pub struct VerifyAttestationArgs {
     /// The evidence document (from `runner attest`).
-    #[arg(value_name = "EVIDENCE")]
+    #[arg(value_name = "FILE")]
     evidence: PathBuf,
     /// DCAP collateral JSON for a TDX quote (dcap-qvl's QuoteCollateralV3: PCK CRL and chain,
     /// TCB info, QE identity), fetched from Intel PCS or a PCCS; checked offline.

@@ -92,7 +92,7 @@ fn verify(args: AuditVerifyArgs) -> CliResult {
     if args.json {
         let doc = serde_json::json!({
             "log": log.path().display().to_string(),
-            "intact": true,
+            "valid": true,
             "entries": summary.entries,
             "last_digest": last_digest,
             "last": summary.last,

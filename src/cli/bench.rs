@@ -29,38 +29,38 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR|FILE.gguf")]
     model: PathBuf,
     /// The engine source.
-    #[arg(long, default_value = "engines/gemma3.eng")]
+    #[arg(long, value_name = "FILE", default_value = "engines/gemma3.eng")]
     engine: PathBuf,
     /// The policy the engine is verified against before it runs.
-    #[arg(long, default_value = "policies/gemma3.json")]
+    #[arg(long, value_name = "FILE", default_value = "policies/gemma3.json")]
     policy: PathBuf,
     /// Batch sizes, comma-separated (run in increasing order).
-    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128",
+    #[arg(long, value_delimiter = ',', value_name = "N,...", default_value = "1,8,32,128",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     batch: Vec<usize>,
     /// Tokens per synthetic prompt (bos, then fixed-seed ids).
-    #[arg(long, default_value_t = 32,
+    #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=131_072))]
     prompt_len: usize,
     /// New tokens per sequence: one from the prefill, the rest from decode steps.
-    #[arg(long, default_value_t = 32,
+    #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = RangedU64ValueParser::<usize>::new().range(2..=131_072))]
     new_tokens: usize,
     /// Kernel threads (default: RUNNER_THREADS, else every available core).
-    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    #[arg(long, value_name = "N", value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
     threads: Option<usize>,
     /// Instead of the report: time each batch size at each of these thread counts
     /// (comma-separated, e.g. 1,2), alternating between them within every repetition, and
     /// print each count's speed-up over the first (medians of --repeat rounds).
-    #[arg(long, value_delimiter = ',', value_name = "THREADS",
+    #[arg(long, value_delimiter = ',', value_name = "N,...",
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096))]
     scaling: Vec<usize>,
     /// Timed runs per batch size; times reported are medians.
-    #[arg(long, default_value_t = 1,
+    #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=1000))]
     repeat: usize,
     /// MiB the bandwidth probe reads per pass.
-    #[arg(long, default_value_t = 1024,
+    #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     probe_mib: usize,
     /// After the timed runs, one more run per batch size with every engine operation timed;

@@ -102,7 +102,7 @@ fn parse_measurement(text: &str) -> Result<(String, String), String> {
 #[derive(Debug, clap::Args)]
 pub struct CosignArgs {
     /// The certificate to add a signature to.
-    #[arg(value_name = "CERT")]
+    #[arg(value_name = "FILE")]
     cert: PathBuf,
     /// Your private key (from `runner keygen`).
     #[arg(long, value_name = "FILE")]
@@ -123,7 +123,7 @@ pub struct CosignArgs {
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
     /// The certificate to show.
-    #[arg(value_name = "CERT")]
+    #[arg(value_name = "FILE")]
     cert: PathBuf,
     /// Print the payload and envelope facts as JSON.
     #[arg(long)]
@@ -134,11 +134,14 @@ pub struct InspectArgs {
 #[derive(Debug, clap::Args)]
 pub struct VerifyCertArgs {
     /// The certificate to verify.
-    #[arg(value_name = "CERT")]
+    #[arg(value_name = "FILE")]
     cert: PathBuf,
     /// Trust configuration: owners' public keys, required signatures, revoked certificates.
     #[arg(long, value_name = "FILE", default_value = DEFAULT_TRUST_FILE)]
     trust: PathBuf,
+    /// Print what was verified as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// A certificate error, prefixed with the file it concerns.
@@ -408,9 +411,9 @@ pub fn inspect(args: InspectArgs) -> CliResult {
         let doc = serde_json::json!({
             "certificate_digest": cert.digest().to_hex(),
             "payloadType": cert.envelope().payload_type,
-            "signatures": cert.signer_ids().iter().map(|k| serde_json::json!({"keyid": k.to_hex()})).collect::<Vec<_>>(),
+            "signatures": cert.signer_ids().iter().map(|k| serde_json::json!({"key_id": k.to_hex()})).collect::<Vec<_>>(),
             "signatures_checked": false,
-            "currently_valid": state == "currently within its validity window",
+            "validity": validity_json(p, Some(state == "currently within its validity window")),
             "payload": p,
         });
         return print(&format!("{doc:#}\n"));
@@ -543,7 +546,39 @@ pub fn verify_cert(args: VerifyCertArgs) -> CliResult {
         }
         .into());
     }
+    if args.json {
+        let p = verified.payload();
+        let hex = |ids: &[Digest]| ids.iter().map(Digest::to_hex).collect::<Vec<_>>();
+        let doc = serde_json::json!({
+            "valid": true,
+            "certificate": args.cert.display().to_string(),
+            "certificate_digest": verified.digest().to_hex(),
+            "signers": hex(verified.signers()),
+            "untrusted_signers": hex(verified.untrusted_signers()),
+            "required_signatures": trust.required_signatures(),
+            "engine": p.engine.name,
+            "source_digest": p.engine.source_digest.to_hex(),
+            "policy": p.policy.name,
+            "policy_id": p.policy_id.to_hex(),
+            "model_digest": p.model_digest.to_hex(),
+            "verifier_version": p.verifier_version,
+            "lineage": p.lineage,
+            "version": p.version,
+            "validity": validity_json(p, None),
+        });
+        return print(&format!("{doc:#}\n"));
+    }
     print(&summary(&verified, trust.required_signatures()))
+}
+
+/// A certificate's validity window as every `--json` output spells one: `start` (inclusive)
+/// and `end` (exclusive), and `current` when the command judged it against the clock.
+fn validity_json(p: &CertificatePayload, current: Option<bool>) -> serde_json::Value {
+    let mut doc = serde_json::json!({"start": p.valid_from, "end": p.expires_at});
+    if let Some(current) = current {
+        doc["current"] = current.into();
+    }
+    doc
 }
 
 /// A certificate older than the trust configuration's `[min_version]` for its lineage.

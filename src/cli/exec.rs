@@ -15,16 +15,17 @@ use crate::trust::config::DEFAULT_TRUST_FILE;
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
     /// The job file (docs/job.md).
+    #[arg(value_name = "FILE")]
     pub job: PathBuf,
     /// The certificate the owners signed for this engine, policy and model.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub cert: PathBuf,
     /// The operator's trust configuration: trusted owner keys, threshold, revocations.
-    #[arg(long, default_value = DEFAULT_TRUST_FILE)]
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TRUST_FILE)]
     pub trust: PathBuf,
     /// The runner's state directory, made by `runner init` (its key, audit log, rollback
     /// registries); default $RUNNER_STATE_DIR, else /var/lib/runner.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// The configfs-tsm directory, asked for evidence when the certificate requires
     /// attestation (default: $RUNNER_TSM_ROOT, else /sys/kernel/config/tsm).

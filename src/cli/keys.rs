@@ -15,6 +15,9 @@ pub struct KeygenArgs {
     /// Replace existing key files (the old private key is lost).
     #[arg(long)]
     force: bool,
+    /// Print the files written and the key id as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Generate a key pair and write both files, refusing to overwrite either without `--force`.
@@ -26,6 +29,15 @@ pub fn keygen(args: KeygenArgs) -> CliResult {
     };
     let key = SecretKey::generate()?;
     let public = write_key_pair(&key, &args.out, overwrite)?;
+    if args.json {
+        let doc = serde_json::json!({
+            "private_key": args.out.display().to_string(),
+            "public_key": public.display().to_string(),
+            "key_id": key.key_id().to_hex(),
+            "key_id_short": key.key_id().short(),
+        });
+        return print(&format!("{doc:#}\n"));
+    }
     print(&format!(
         "wrote private key {} (mode 0600; keep it secret)\n\
          wrote public key  {} (share it; operators list it in trust.toml)\n\

@@ -23,7 +23,7 @@ pub struct MergeArgs {
     /// The shard directories (output_dir/shard-K-of-N/ of each run), in any order; a directory
     /// without a receipt stands for every shard-K-of-N directory inside it (the job's
     /// output_dir).
-    #[arg(value_name = "SHARD_DIR", required = true)]
+    #[arg(value_name = "DIR", required = true)]
     shards: Vec<PathBuf>,
     /// The certificate the shards ran under.
     #[arg(long, value_name = "FILE")]

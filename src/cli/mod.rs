@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::{Diagnose, Exit};
 
@@ -26,16 +26,153 @@ mod receipt;
 mod restrict;
 mod review;
 
-const EXIT_CODES: &str = "\
-Exit codes:
-  0  success
-  1  the run failed for a reason that is not the input's fault (I/O, internal)
-  2  usage error or malformed input (bad flag, unparsable file, unknown field)
-  3  refused by verification (signature, digest, policy, limit, revocation)";
+/// What each exit code means for every command (src/error.rs); [`exit_codes`] prints this
+/// table under each command's `--help`, with the lines [`COMMAND_EXIT_CODES`] gives a command
+/// in place of the general ones.
+const EXIT_CODES: [(u8, &str); 4] = [
+    (0, "success"),
+    (
+        1,
+        "the run failed for a reason that is not the input's fault (I/O, internal)",
+    ),
+    (
+        2,
+        "usage error or malformed input (bad flag, unparsable file, unknown field)",
+    ),
+    (
+        3,
+        "refused by verification (signature, digest, policy, limit, revocation)",
+    ),
+];
+
+/// The exit codes whose meaning is more precise for one command, by its path (`audit verify`).
+const COMMAND_EXIT_CODES: &[(&str, u8, &str)] = &[
+    (
+        "review",
+        0,
+        "the review was printed, whether or not re-approval is needed: the verdict line says \
+         which (with --json, \"reapproval_needed\": true or false)",
+    ),
+    (
+        "review",
+        3,
+        "refused: the new engine fails the verifier under the policy, or --old-engine is not \
+         the engine the certificate approves",
+    ),
+    (
+        "exec",
+        2,
+        "bad flags, or a malformed job, inputs, certificate or state directory: nothing ran",
+    ),
+    (
+        "exec",
+        3,
+        "refused: certificate, engine, policy, model, limits, sealing or attestation; \
+         nothing ran, and the audit log says why",
+    ),
+    (
+        "verify-cert",
+        3,
+        "the certificate does not verify (signatures, threshold, revocation, validity window, \
+         minimum version)",
+    ),
+    (
+        "verify",
+        3,
+        "the receipt, its certificate or an output file does not verify",
+    ),
+    (
+        "verify-attestation",
+        3,
+        "the evidence does not verify (hardware signature, key binding, nonce)",
+    ),
+    (
+        "restrict",
+        3,
+        "the engine calls a function the policy does not allow",
+    ),
+    (
+        "approve",
+        3,
+        "the engine does not pass the verifier under the policy: nothing is signed",
+    ),
+    (
+        "audit verify",
+        3,
+        "the chain is broken: an entry was edited, removed, inserted or reordered",
+    ),
+    (
+        "audit list",
+        3,
+        "the chain is broken (nothing is listed; `runner audit verify` says where)",
+    ),
+];
+
+/// The exit-code table of the command at `path` (`""` for `runner` itself).
+fn exit_codes(path: &str) -> String {
+    let mut out = String::from("Exit codes:");
+    for (code, general) in EXIT_CODES {
+        let meaning = COMMAND_EXIT_CODES
+            .iter()
+            .find(|(p, c, _)| *p == path && *c == code)
+            .map_or(general, |(_, _, m)| *m);
+        out.push_str(&format!("\n  {code}  "));
+        out.push_str(&hanging(meaning, HELP_WIDTH - 5, "\n     "));
+    }
+    out
+}
+
+/// The width the exit-code table is wrapped to: a common terminal's, within which clap leaves it
+/// as it is.
+const HELP_WIDTH: usize = 80;
+
+/// `text` wrapped at word boundaries to lines of at most `width`, joined by `joint`.
+fn hanging(text: &str, width: usize, joint: &str) -> String {
+    let mut lines: Vec<String> = vec![String::new()];
+    for word in text.split_whitespace() {
+        let line = lines.last_mut().expect("never empty");
+        if !line.is_empty() && line.len() + 1 + word.len() > width {
+            lines.push(word.to_owned());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines.join(joint)
+}
+
+/// `cmd` and every subcommand under it with its exit-code table after its help.
+fn with_exit_codes(cmd: clap::Command, path: &str) -> clap::Command {
+    // After the command's own closing text, if it has one.
+    let text = match cmd.get_after_help() {
+        Some(own) => format!("{own}\n\n{}", exit_codes(path)),
+        None => exit_codes(path),
+    };
+    let cmd = cmd.after_help(text);
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    names.into_iter().fold(cmd, |cmd, name| {
+        let sub_path = if path.is_empty() {
+            name.clone()
+        } else {
+            format!("{path} {name}")
+        };
+        cmd.mut_subcommand(&name, |sub| with_exit_codes(sub, &sub_path))
+    })
+}
+
+/// The command line `runner` parses: [`Cli`]'s, every command's help ending in its exit codes.
+pub fn command() -> clap::Command {
+    with_exit_codes(Cli::command(), "")
+}
 
 /// Sealed inference job runner: runs only owner-approved engines, and signs what they produced.
 #[derive(Debug, Parser)]
-#[command(name = "runner", version, after_help = EXIT_CODES, propagate_version = true)]
+#[command(name = "runner", version, propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -149,7 +286,10 @@ impl Diagnose for StdoutError {
 
 /// Parse the arguments, run the subcommand, print any error, return the exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -10,7 +10,7 @@ use crate::restrict::VERIFIER_VERSION;
 #[derive(Debug, clap::Args)]
 pub struct PolicyIdArgs {
     /// The policy JSON file.
-    #[arg(value_name = "POLICY")]
+    #[arg(value_name = "FILE")]
     policy: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]

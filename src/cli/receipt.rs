@@ -24,7 +24,7 @@ use zeroize::Zeroizing;
 pub struct VerifyArgs {
     /// The receipt (receipt.json, written by `runner exec` beside the outputs), or a directory
     /// `runner merge` wrote (checked with --runner-keys).
-    #[arg(value_name = "RECEIPT|MERGED_DIR")]
+    #[arg(value_name = "FILE|DIR")]
     receipt: PathBuf,
     /// The certificate the job ran under.
     #[arg(long, value_name = "FILE")]
@@ -134,7 +134,7 @@ pub fn verify(args: VerifyArgs) -> CliResult {
     }
     if args.json {
         let doc = serde_json::json!({
-            "verified": true,
+            "valid": true,
             "receipt": args.receipt.display().to_string(),
             "receipt_digest": verified.digest().to_hex(),
             "runner_key_id": verified.signer().to_hex(),
@@ -190,7 +190,7 @@ fn verify_merged_dir(args: &VerifyArgs, cert: &Certificate) -> CliResult {
             .collect();
         return print(&format!(
             "{:#}\n",
-            serde_json::json!({ "verified": true, "merge": record, "attestation": attestation })
+            serde_json::json!({ "valid": true, "merge": record, "attestation": attestation })
         ));
     }
     let mut out = format!(

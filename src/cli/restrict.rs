@@ -15,12 +15,13 @@ use crate::restrict::policy::Policy;
 #[derive(Debug, clap::Args)]
 pub struct RestrictArgs {
     /// The engine source (e.g. engines/gemma3.eng).
+    #[arg(value_name = "FILE")]
     engine: PathBuf,
     /// The policy to check the private regions against.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     policy: PathBuf,
     /// Write the owner's redacted view here (atomically; only when the engine passes).
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, value_name = "FILE")]
     view: Option<PathBuf>,
     /// Print the report as JSON instead of text.
     #[arg(long)]

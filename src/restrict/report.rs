@@ -17,9 +17,11 @@ use crate::restrict::policy::Policy;
 pub struct PolicyRef {
     /// The policy's `name`.
     pub name: String,
-    /// `policy_id`, 16-hex display form.
+    /// `policy_id`, 16-hex display form (`policy_id_short` in JSON, as `policy-id` prints it).
+    #[serde(rename = "policy_id_short")]
     pub id: String,
-    /// `policy_id`, all 64 hex digits.
+    /// `policy_id`, all 64 hex digits (`policy_id` in JSON, as every command prints it).
+    #[serde(rename = "policy_id")]
     pub id_full: String,
 }
 

@@ -26,7 +26,7 @@ fn a_good_chain_prints_count_and_last_digest() {
     let json: serde_json::Value =
         serde_json::from_str(&env.ok(&["audit", "verify", "--state-dir", "state", "--json"]))
             .unwrap();
-    assert_eq!(json["intact"], true);
+    assert_eq!(json["valid"], true);
     assert_eq!(json["entries"], 4);
     assert_eq!(json["last_digest"], env.last_audit_digest());
     assert_eq!(json["last"]["reason"], "refusal 3");

@@ -163,3 +163,14 @@ fn review_without_the_old_engine_says_view_unchanged_and_names_a_hidden_change()
     assert_eq!(json["reapproval_needed"], true);
     assert!(!json.to_string().contains("up_proj"));
 }
+
+#[test]
+fn review_help_documents_its_exit_code_when_reapproval_is_needed() {
+    let env = Env::new();
+    let help = env.ok(&["review", "--help"]);
+    assert!(
+        help.contains("0  the review was printed, whether or not re-approval is needed"),
+        "{help}"
+    );
+    assert!(help.contains("\"reapproval_needed\""), "{help}");
+}

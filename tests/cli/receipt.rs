@@ -39,7 +39,7 @@ fn verifies_an_untouched_receipt_and_prints_what_it_binds() {
     assert!(out.contains("template chat, outputs text, tokens"), "{out}");
 
     let json: serde_json::Value = serde_json::from_str(&env.ok(&with(&["--json"]))).unwrap();
-    assert_eq!(json["verified"], true);
+    assert_eq!(json["valid"], true);
     assert_eq!(json["facts"]["certificate_digest"], cert.digest().to_hex());
     assert_eq!(json["subjects"][0]["name"], "outputs.jsonl");
     assert_eq!(

@@ -95,8 +95,11 @@ fn prints_json_report() {
         .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
     assert_eq!(v["calls_checked"], 3);
     assert_eq!(v["policy"]["name"], "narrow");
-    assert_eq!(v["policy"]["id"].as_str().map(str::len), Some(16));
-    assert_eq!(v["policy"]["id_full"].as_str().map(str::len), Some(64));
+    assert_eq!(
+        v["policy"]["policy_id_short"].as_str().map(str::len),
+        Some(16)
+    );
+    assert_eq!(v["policy"]["policy_id"].as_str().map(str::len), Some(64));
     assert_eq!(v["private_ranges"][1]["kind"], "hide");
     assert_eq!(v["private_ranges"][1]["start_line"], 12);
     assert_eq!(

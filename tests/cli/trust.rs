@@ -240,7 +240,16 @@ fn approve_cosign_verify_two_of_two() {
     assert_eq!(json["payloadType"], CERTIFICATE_PAYLOAD_TYPE);
     assert_eq!(json["signatures"].as_array().unwrap().len(), 2);
     assert_eq!(json["payload"]["policy"]["name"], "gemma3");
-    assert_eq!(json["currently_valid"], true);
+    assert_eq!(json["validity"]["current"], true);
+    assert_eq!(
+        json["validity"]["start"], json["payload"]["valid_from"],
+        "{json}"
+    );
+    assert_eq!(json["validity"]["end"], json["payload"]["expires_at"]);
+    assert_eq!(
+        json["signatures"][0]["key_id"].as_str().map(str::len),
+        Some(64)
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ impl Env {
     pub fn audit(&self) -> Value {
         let out = self.ok(&["audit", "verify", "--state-dir", "state", "--json"]);
         let v: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["intact"], true, "{v}");
+        assert_eq!(v["valid"], true, "{v}");
         v
     }
 
