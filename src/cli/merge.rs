@@ -4,9 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use super::{print, CliError, CliResult};
+use crate::error::{Diagnose, Exit};
 use crate::job::publish::publish;
+use crate::job::state::RUNNER_KEY_FILE;
 use crate::primitives::bounded_read::{read_bounded_text, MAX_TEXT_BYTES};
-use crate::primitives::keys::PublicKey;
+use crate::primitives::keys::{KeyError, PublicKey};
 use crate::trust::merge::{merge as merge_shards, MERGE_FILE};
 use crate::trust::receipt::RECEIPT_FILE;
 
@@ -37,6 +39,33 @@ pub struct MergeArgs {
     out: PathBuf,
 }
 
+/// A runner's public key that could not be loaded: it comes from the runner's state directory.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub(super) struct RunnerKeyError(KeyError);
+
+impl Diagnose for RunnerKeyError {
+    fn exit(&self) -> Exit {
+        self.0.exit()
+    }
+    fn hint(&self) -> Option<String> {
+        match &self.0 {
+            KeyError::File(e) if e.is_missing() => Some(format!(
+                "nothing is at {}: a runner's public key is {RUNNER_KEY_FILE}.pub in its state \
+                 directory, made by `runner init` (`runner identity` on the runner prints its \
+                 path); get a copy from the operator",
+                e.path().display()
+            )),
+            other => other.hint(),
+        }
+    }
+}
+
+/// The public key of a runner, from a copy of its state directory's `runner.key.pub`.
+pub(super) fn load_runner_key(path: &Path) -> Result<PublicKey, RunnerKeyError> {
+    PublicKey::load(path).map_err(RunnerKeyError)
+}
+
 /// The keys a `--runner-keys` file names.
 pub(super) fn load_runner_keys(path: &Path) -> Result<Vec<PublicKey>, CliError> {
     let text = read_bounded_text(path, MAX_TEXT_BYTES, "runner keys file")?;
@@ -46,7 +75,7 @@ pub(super) fn load_runner_keys(path: &Path) -> Result<Vec<PublicKey>, CliError> 
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        keys.push(PublicKey::load(&base.join(line))?);
+        keys.push(load_runner_key(&base.join(line))?);
     }
     if keys.is_empty() {
         return Err(super::UsageError(format!(

@@ -7,7 +7,6 @@ use super::{print, CliResult};
 use crate::error::{Diagnose, Exit};
 use crate::primitives::bounded_read::read_bounded;
 use crate::primitives::digest::Digest;
-use crate::primitives::keys::PublicKey;
 use crate::sealing::{is_age, open, OpenError, SealKey};
 use crate::trust::attested_run::verify_run_attestation;
 use crate::trust::certificate::Certificate;
@@ -97,7 +96,7 @@ pub fn verify(args: VerifyArgs) -> CliResult {
         ))
         .into());
     };
-    let runner_key = PublicKey::load(key_path)?;
+    let runner_key = super::merge::load_runner_key(key_path)?;
     let bytes = read_receipt_file(&args.receipt)?;
     let dir = args
         .outputs

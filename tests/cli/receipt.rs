@@ -49,6 +49,19 @@ fn verifies_an_untouched_receipt_and_prints_what_it_binds() {
 }
 
 #[test]
+fn rejects_a_missing_runner_key_pointing_at_the_runners_state_directory() {
+    let env = Env::with_receipt();
+    fs::remove_file(env.path("keys/runner.key.pub")).unwrap();
+    let stderr = env.fails(VERIFY, 2, "cannot read key file keys/runner.key.pub");
+    assert!(
+        stderr.contains("runner.key.pub in its state directory, made by `runner init`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--key or"), "{stderr}");
+    assert!(!stderr.contains("trust.toml"), "{stderr}");
+}
+
+#[test]
 fn outputs_flag_names_another_directory() {
     let env = Env::with_receipt();
     fs::create_dir(env.path("copy")).unwrap();
