@@ -11,6 +11,7 @@ mod bench;
 mod deploy;
 mod exec;
 mod gguf;
+mod openai;
 mod reapproval;
 mod receipt;
 mod restrict;
