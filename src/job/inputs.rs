@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::openai::{parse_request, Endpoint, OpenAiProblem};
+pub use super::request::{Options, Prompt};
 use crate::error::{Diagnose, Exit};
 use crate::model::tokenizer::Turn;
 use crate::primitives::canonical::parse_strict;
@@ -28,17 +29,6 @@ pub const MAX_INPUT_LINE_BYTES: usize = 256 << 10;
 /// The largest inputs file a policy allowing `max_inputs` inputs lets the runner read.
 pub fn inputs_cap(max_inputs: u32) -> u64 {
     u64::from(max_inputs).saturating_mul(MAX_INPUT_LINE_BYTES as u64 + 1)
-}
-
-/// What one input asks the model to continue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Prompt {
-    /// Text, put through the job's template.
-    Text(String),
-    /// Chat turns, put through the chat template.
-    Messages(Vec<Turn>),
-    /// Token ids, used as they are.
-    Tokens(Vec<u32>),
 }
 
 /// The format of an inputs file, and so of the outputs.
@@ -52,23 +42,6 @@ pub enum InputsFormat {
     Runner,
     /// The OpenAI batch format.
     Openai,
-}
-
-/// What one request asks beyond its prompt; unset fields take the job's `[generation]` values.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Options {
-    /// New tokens at most (capped by the job's `max_new_tokens`).
-    pub max_tokens: Option<u32>,
-    /// Sampling temperature; 0 is greedy.
-    pub temperature: Option<f64>,
-    /// Nucleus mass kept, in (0, 1].
-    pub top_p: Option<f64>,
-    /// Most likely tokens kept; 0 keeps all.
-    pub top_k: Option<u32>,
-    /// The seed of this request's random stream.
-    pub seed: Option<u64>,
-    /// Stop strings.
-    pub stop: Vec<String>,
 }
 
 /// One input line.

@@ -15,6 +15,7 @@ pub mod model_value;
 pub mod openai;
 pub mod publish;
 pub mod registry;
+pub mod request;
 pub mod run;
 pub mod sampling;
 pub mod shard;

@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::inputs::{Options, Prompt};
+use super::request::{Options, Prompt};
 use crate::model::tokenizer::Turn;
 
 /// Which endpoint a request is for; the answer takes the same shape.
