@@ -13,6 +13,7 @@ use super::sampling::Sampler;
 use super::stop::StopStrings;
 use crate::error::{Diagnose, Exit};
 use crate::job::model_value::{layer_columns, model_record};
+use crate::kernels::parallel::map_ranges;
 use crate::kernels::softmax::argmax_row;
 use crate::kernels::KernelError;
 use crate::model::weights::Checkpoint;
@@ -488,20 +489,25 @@ impl Generator {
         };
         match (head, output) {
             (Head::Ids, Value::Ids(ids)) if ids.len() == batch => Ok(ids.to_vec()),
-            (Head::Logits, Value::Tensor(t)) if t.shape() == [batch, vocab] && vocab > 0 => Ok(t
-                .data()
-                .chunks_exact(vocab)
-                .enumerate()
-                .map(|(b, row)| {
+            (Head::Logits, Value::Tensor(t)) if t.shape() == [batch, vocab] && vocab > 0 => {
+                let rows = t.data();
+                let pick_row = |b: usize| {
                     if !running[b] {
                         return 0;
                     }
+                    let row = &rows[b * vocab..(b + 1) * vocab];
                     match controls.get(b).and_then(|c| c.sampler.as_ref()) {
                         Some(s) => s.pick(row, step as u64),
                         None => argmax_row(row),
                     }
-                })
-                .collect()),
+                };
+                // Rows are independent (a sampler reads only its own row and stream), so the
+                // split across threads cannot change a token.
+                Ok(map_ranges(batch, 1, 1, 1, |r| r.map(pick_row).collect::<Vec<u32>>())
+                    .into_iter()
+                    .flat_map(|(_, ids)| ids)
+                    .collect())
+            }
             (_, other) => Err(wrong(other)),
         }
     }
