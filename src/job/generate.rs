@@ -503,10 +503,12 @@ impl Generator {
                 };
                 // Rows are independent (a sampler reads only its own row and stream), so the
                 // split across threads cannot change a token.
-                Ok(map_ranges(batch, 1, 1, 1, |r| r.map(pick_row).collect::<Vec<u32>>())
-                    .into_iter()
-                    .flat_map(|(_, ids)| ids)
-                    .collect())
+                Ok(
+                    map_ranges(batch, 1, 1, 1, |r| r.map(pick_row).collect::<Vec<u32>>())
+                        .into_iter()
+                        .flat_map(|(_, ids)| ids)
+                        .collect(),
+                )
             }
             (_, other) => Err(wrong(other)),
         }
