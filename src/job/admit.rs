@@ -32,8 +32,9 @@ use zeroize::Zeroizing;
 
 use super::attest::{attest_run, AttestRefusal, Attester, RunEvidence};
 use super::generate::{GenerateError, Generator};
-use super::inputs::{inputs_cap, parse_inputs, Input, InputsError, Prompt};
+use super::inputs::{inputs_cap, parse_inputs_as, Input, InputsError, Prompt};
 use super::journal::Binding as JournalBinding;
+use super::openai::Endpoint;
 use super::publish::output_dir_in_use;
 use super::shard::Shard;
 use super::spec::{JobError, JobSpec};
@@ -41,7 +42,8 @@ use super::superseded::History;
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::{model_digest, ModelDigest, ModelDigestError};
 use crate::model::tokenizer::{
-    cached_tokenizer_path, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256, TOKENIZER_FILE,
+    cached_tokenizer_path, Template, Tokenizer, TokenizerError, GEMMA3_TOKENIZER_SHA256,
+    TOKENIZER_FILE,
 };
 use crate::model::weights::{Checkpoint, WeightsError};
 use crate::primitives::bounded_read::{
@@ -50,7 +52,7 @@ use crate::primitives::bounded_read::{
 use crate::primitives::digest::Digest;
 use crate::restrict::policy::OutputKind;
 use crate::restrict::policy::SealRule;
-use crate::restrict::{check_bytes, Checked, RestrictError};
+use crate::restrict::{check_bytes, Checked, CompileErrorKind, RestrictError};
 use crate::sealing::{is_age, open as open_sealed, OpenError, SealKey};
 use crate::trust::certificate::{CertError, Certificate, RestrictReport};
 use crate::trust::config::TrustConfig;
@@ -374,10 +376,13 @@ pub enum Refusal {
         vocab: usize,
     },
     /// The job asks for an output kind the policy does not allow.
-    #[error("job {}: `generation.outputs` asks for output {}, which the policy does not allow (outputs: {allowed})", job.display(), json_name(.kind))]
+    #[error("job {}: `{key}` asks for output {}, which the policy does not allow (outputs: {allowed})", job.display(), json_name(.kind))]
     OutputKind {
         /// The job file.
         job: PathBuf,
+        /// What asks for it: `generation.outputs`, or `inputs` (an OpenAI batch's answers are
+        /// text).
+        key: &'static str,
         /// The refused kind.
         kind: OutputKind,
         /// What the policy allows.
@@ -411,6 +416,34 @@ pub enum Refusal {
         /// Its text in the tokenizer.
         got: String,
     },
+    /// The tokenizer's vocabulary is not the size of the model's: its ids would name other
+    /// tokens than the model was trained on, and text would come out as garbage.
+    #[error("tokenizer {} has {tokenizer_size} tokens but model {} has a vocabulary of {model_size}: they were not made for each other", tokenizer.display(), model.display())]
+    VocabularySize {
+        /// The tokenizer file.
+        tokenizer: PathBuf,
+        /// The model.
+        model: PathBuf,
+        /// Tokens in the tokenizer's vocabulary (added tokens not counted).
+        tokenizer_size: usize,
+        /// The model's `vocab_size`.
+        model_size: usize,
+    },
+    /// A prompt and its new tokens do not fit the model's context (no length is shown).
+    #[error("inputs {}, line {line}: the prompt and its up to {max_new} new tokens do not fit the model's context of {context} positions (max_position_embeddings)", path.display())]
+    OverContext {
+        /// The inputs file.
+        path: PathBuf,
+        /// 1-based line of the input.
+        line: usize,
+        /// The input's cap on new tokens.
+        max_new: u32,
+        /// The model's context.
+        context: usize,
+    },
+    /// The job samples, and the approved engine has no `logits` entry to sample from.
+    #[error("the job samples (temperature above 0) but the engine has no `logits` entry to draw tokens from; it can only run greedily")]
+    NoLogitsEntry,
     /// A chat turn has a role the template does not know (the role itself is not shown).
     #[error("inputs {}, line {line}: chat turn {turn} has a role other than \"user\", \"model\", \"assistant\" or a first \"system\"", path.display())]
     ChatRole {
@@ -495,7 +528,9 @@ impl Diagnose for Refusal {
             | Refusal::Sealed { .. }
             | Refusal::Unsealed { .. }
             | Refusal::TokenizerUnapproved { .. }
-            | Refusal::VocabularyMismatch { .. } => Exit::Refused,
+            | Refusal::VocabularyMismatch { .. }
+            | Refusal::VocabularySize { .. } => Exit::Refused,
+            Refusal::OverContext { .. } | Refusal::NoLogitsEntry => Exit::BadInput,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -562,7 +597,13 @@ impl Diagnose for Refusal {
                  a tokenizer made for this model"
                     .into()
             }
-            Refusal::VocabularyMismatch { .. } => {
+            Refusal::OverContext { .. } => {
+                "shorten the prompt, or lower max_new_tokens (or the request's max_tokens);                  the runner refuses the whole job rather than answer that line with an error"
+                    .into()
+            }
+            Refusal::NoLogitsEntry => "set temperature = 0 (greedy) in the job and the inputs,                 or have the owners approve an engine with a `logits` entry (engines/gemma3.eng                 has one)"
+                .into(),
+            Refusal::VocabularyMismatch { .. } | Refusal::VocabularySize { .. } => {
                 "use the tokenizer.json made for this model (scripts/fetch_tokenizer.sh for \
                  Gemma 3), or give only token-id inputs with outputs = [\"tokens\"]"
                     .into()
@@ -887,6 +928,7 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
         if !policy.outputs.contains(kind) {
             return Err(Refusal::OutputKind {
                 job: job.path.clone(),
+                key: "generation.outputs",
                 kind: *kind,
                 allowed: policy
                     .outputs
@@ -899,7 +941,21 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     }
     let (bytes, inputs_ciphertext) =
         read_inputs(job, policy.sealing.inputs, limits.max_inputs, key)?;
-    let inputs = parse_inputs(&bytes, &job.inputs)?;
+    let inputs = parse_inputs_as(&bytes, &job.inputs, job.inputs_format)?;
+    // An OpenAI answer is text: the owners must allow text out.
+    if inputs.iter().any(|i| i.endpoint.is_some()) && !policy.outputs.contains(&OutputKind::Text) {
+        return Err(Refusal::OutputKind {
+            job: job.path.clone(),
+            key: "inputs",
+            kind: OutputKind::Text,
+            allowed: policy
+                .outputs
+                .iter()
+                .map(json_name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
     if inputs.len() as u64 > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
             job: job.path.clone(),
@@ -909,22 +965,37 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
             max: limits.max_inputs.into(),
         });
     }
+    // Text out (asked for, an OpenAI answer, or stop strings to look for) or text in.
     let needs_text = g.outputs.contains(&OutputKind::Text)
-        || inputs
-            .iter()
-            .any(|i| !matches!(i.prompt, Prompt::Tokens(_)));
+        || !g.stop.is_empty()
+        || inputs.iter().any(|i| {
+            !matches!(i.prompt, Prompt::Tokens(_))
+                || i.endpoint.is_some()
+                || !i.options.stop.is_empty()
+        });
     let tokenizer = if needs_text {
         let (tokenizer, digest, path) = load_tokenizer(job, &model.digest)?;
         if let Some(vocabulary) = &model.checkpoint.vocabulary {
             if let Some((id, want, got)) = tokenizer.vocabulary_mismatch(vocabulary) {
                 return Err(Refusal::VocabularyMismatch {
-                    tokenizer: path,
+                    tokenizer: path.clone(),
                     model: job.model.clone(),
                     id,
                     want,
                     got,
                 });
             }
+        }
+        // A GGUF model's own vocabulary is compared token by token above; a safetensors
+        // checkpoint has only its size to compare.
+        let model_size = model.checkpoint.config.vocab_size;
+        if tokenizer.base_vocab_size() != model_size {
+            return Err(Refusal::VocabularySize {
+                tokenizer: path.clone(),
+                model: job.model.clone(),
+                tokenizer_size: tokenizer.base_vocab_size(),
+                model_size,
+            });
         }
         Some((tokenizer, digest))
     } else {
@@ -961,6 +1032,10 @@ fn encode_prompts(
         let line = input.line;
         let encoded = match (&input.prompt, tokenizer) {
             (Prompt::Tokens(t), _) => Ok(t.clone()),
+            // `/v1/completions` continues its prompt as it is, whatever the job's template.
+            (Prompt::Text(text), Some(tok)) if input.endpoint == Some(Endpoint::Completions) => {
+                tok.encode_prompt(text, Template::Raw)
+            }
             (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, job.generation.template),
             (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns),
             (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
@@ -990,6 +1065,21 @@ fn encode_prompts(
                 max,
             });
         }
+        let max_new = input
+            .options
+            .max_tokens
+            .map_or(job.generation.max_new_tokens, |m| {
+                m.min(job.generation.max_new_tokens)
+            });
+        let context = model.checkpoint.config.max_position_embeddings;
+        if ids.len() + max_new as usize > context {
+            return Err(Refusal::OverContext {
+                path: path.clone(),
+                line,
+                max_new,
+                context,
+            });
+        }
         prompts.push(ids);
     }
     Ok(prompts)
@@ -1010,7 +1100,20 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         engine, checkpoint, ..
     } = model;
     let ApprovedEngine { job, checked } = engine;
-    let generator = Generator::new(checked, "main", Arc::new(checkpoint))?;
+    let g = &job.spec.generation;
+    let samples = g.temperature > 0.0
+        || inputs
+            .iter()
+            .any(|i| i.options.temperature.unwrap_or(g.temperature) > 0.0);
+    let generator = Generator::new(checked.clone(), "main", Arc::new(checkpoint))?;
+    let generator = if samples {
+        generator.with_sampling(checked).map_err(|e| match e {
+            GenerateError::Compile(c) if is_missing_entry(&c.kind) => Refusal::NoLogitsEntry,
+            other => other.into(),
+        })?
+    } else {
+        generator
+    };
     let shard = job.shard;
     let (tokenizer, tokenizer_digest) = match tokenizer {
         Some((t, d)) => (Some(t), Some(d)),
@@ -1051,6 +1154,19 @@ fn inputs_commitment(job: &JobFile, bytes: &[u8]) -> Option<Commitment> {
 }
 
 const SHARD_SALT_CONTEXT: &str = "runner shard inputs commitment salt v1";
+
+/// Whether compiling failed for want of the entry (said outright, or withheld because the
+/// engine has private regions: the label is all that is kept).
+fn is_missing_entry(kind: &CompileErrorKind) -> bool {
+    let missing = CompileErrorKind::NoEntry {
+        name: String::new(),
+    };
+    match kind {
+        CompileErrorKind::NoEntry { .. } => true,
+        CompileErrorKind::Withheld(label) => *label == missing.label(),
+        _ => false,
+    }
+}
 
 /// How a value is spelled in job.toml and the policy (`"text"`), for messages.
 fn json_name<T: serde::Serialize>(value: &T) -> String {

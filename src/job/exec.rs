@@ -16,7 +16,7 @@ use super::admit::{admit, Admitted, Refusal, Request, Submission};
 use super::attest::Attester;
 use super::audit::{AuditError, AuditLog, AuditRecord, Outcome};
 use super::journal::Journal;
-use super::run::{run, Progress, Resume, RunFailure, RunResult};
+use super::run::{draw_seed, run, Progress, Resume, RunFailure, RunResult};
 use super::shard::Shard;
 use super::state::{StateDir, StateError};
 use super::superseded::{Registry, RegistryError};
@@ -197,13 +197,15 @@ pub fn exec(
     let admitted = admit(&request).map_err(|e| attempt.end(Outcome::Refused, e.into()))?;
     // The journal opens with the runner's age identity: read it while the key is held.
     let binding = admitted.journal_binding(signing_key.key_id());
-    let (journal, resumed) = Journal::open(req.state.path(), &binding, &seal_key)
+    let fresh_seed = draw_seed().map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
+    let (journal, resumed) = Journal::open(req.state.path(), &binding, &seal_key, fresh_seed)
         .map_err(|e| attempt.end(Outcome::Failed, RunFailure::from(e).into()))?;
     drop(seal_key);
     let notice = resumed.notice;
     let resume = Resume {
         journal,
         entries: resumed.entries,
+        drawn_seed: resumed.drawn_seed,
     };
     // Nothing runs unless this is on disk.
     attempt.admitted(&admitted)?;

@@ -9,8 +9,12 @@
 
 use std::sync::Arc;
 
+use super::sampling::Sampler;
+use super::stop::StopStrings;
 use crate::error::{Diagnose, Exit};
 use crate::job::model_value::{layer_columns, model_record};
+use crate::kernels::parallel::map_ranges;
+use crate::kernels::softmax::argmax_row;
 use crate::kernels::KernelError;
 use crate::model::weights::Checkpoint;
 use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Value};
@@ -19,7 +23,7 @@ use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Va
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Finish {
-    /// It produced a stop token (included in its tokens).
+    /// It produced a stop token (included in its tokens) or a stop string.
     Stop,
     /// It reached `max_new_tokens`.
     Length,
@@ -73,7 +77,8 @@ pub enum GenerateError {
         /// The others, as a list for the message.
         wrong: String,
     },
-    /// The engine's entry returned something other than one id per sequence.
+    /// The engine's entry returned something other than one id (or, for `logits`, one row of
+    /// logits) per sequence.
     #[error("the engine returned {found}, expected one token id per sequence ({batch})")]
     Output {
         /// What came back.
@@ -113,9 +118,22 @@ pub struct Settings {
     pub stop_ids: Vec<u32>,
 }
 
+/// How one sequence of a batch is continued, beyond the batch's [`Settings`].
+#[derive(Debug, Clone, Default)]
+pub struct Control<'a> {
+    /// Its own cap on new tokens (at most the batch's `max_new_tokens`).
+    pub max_new: usize,
+    /// Sampled with this, or greedy when `None`.
+    pub sampler: Option<Sampler>,
+    /// Its stop strings, if any.
+    pub stop: Option<StopStrings<'a>>,
+}
+
 /// A compiled engine bound to a checkpoint.
 pub struct Generator {
     plan: Plan,
+    /// The engine's `logits` entry, compiled when the job samples.
+    logits: Option<Plan>,
     checkpoint: Arc<Checkpoint>,
 }
 
@@ -180,7 +198,27 @@ impl Generator {
             .signature()
             .map_err(|e| GenerateError::Inputs(e.to_string()))?;
         let plan = compile(checked, entry, &sig)?;
-        Ok(Generator { plan, checkpoint })
+        Ok(Generator {
+            plan,
+            logits: None,
+            checkpoint,
+        })
+    }
+
+    /// Also compile the engine's `logits` entry (the step before argmax), which sampled
+    /// sequences are drawn from.
+    pub fn with_sampling(mut self, checked: Checked) -> Result<Generator, GenerateError> {
+        let model = model_record(&self.checkpoint, 1, 1)?;
+        let sig = step_inputs(&model, vec![0], vec![0], vec![0])
+            .signature()
+            .map_err(|e| GenerateError::Inputs(e.to_string()))?;
+        self.logits = Some(compile(checked, LOGITS_ENTRY, &sig)?);
+        Ok(self)
+    }
+
+    /// Whether sampled sequences can run (the `logits` entry is compiled).
+    pub fn can_sample(&self) -> bool {
+        self.logits.is_some()
     }
 
     /// The checkpoint the engine runs on.
@@ -224,7 +262,22 @@ impl Generator {
         positions: Vec<u32>,
         pad: Vec<u32>,
     ) -> Result<Value, GenerateError> {
-        Ok(self.plan.run(&step_inputs(model, tokens, positions, pad))?)
+        self.step_with(Head::Ids, model, tokens, positions, pad)
+    }
+
+    fn step_with(
+        &self,
+        head: Head,
+        model: &Value,
+        tokens: Vec<u32>,
+        positions: Vec<u32>,
+        pad: Vec<u32>,
+    ) -> Result<Value, GenerateError> {
+        let plan = match (head, &self.logits) {
+            (Head::Logits, Some(p)) => p,
+            _ => &self.plan,
+        };
+        Ok(plan.run(&step_inputs(model, tokens, positions, pad))?)
     }
 
     /// The prefill: `tokens`, `positions` (`batch` left-padded rows of equal width) and `pad`,
@@ -242,11 +295,23 @@ impl Generator {
         positions: Vec<u32>,
         pad: Vec<u32>,
     ) -> Result<Value, GenerateError> {
+        self.prefill_with(Head::Ids, model, tokens, positions, pad)
+    }
+
+    /// [`Generator::prefill_step`] ending in `head`.
+    fn prefill_with(
+        &self,
+        head: Head,
+        model: &Value,
+        tokens: Vec<u32>,
+        positions: Vec<u32>,
+        pad: Vec<u32>,
+    ) -> Result<Value, GenerateError> {
         let batch = pad.len().max(1);
         let cfg = &self.checkpoint.config;
         let row_bytes = 4 * cfg.intermediate_size.max(cfg.hidden_size).max(1);
         let cols = (PREFILL_ACTIVATION_BYTES / row_bytes / batch).max(1);
-        self.prefill_in_chunks(model, tokens, positions, pad, cols)
+        self.chunked(head, model, tokens, positions, pad, cols)
     }
 
     /// [`Generator::prefill_step`] with `cols` columns per chunk (at least 1).
@@ -258,12 +323,24 @@ impl Generator {
         pad: Vec<u32>,
         cols: usize,
     ) -> Result<Value, GenerateError> {
+        self.chunked(Head::Ids, model, tokens, positions, pad, cols)
+    }
+
+    fn chunked(
+        &self,
+        head: Head,
+        model: &Value,
+        tokens: Vec<u32>,
+        positions: Vec<u32>,
+        pad: Vec<u32>,
+        cols: usize,
+    ) -> Result<Value, GenerateError> {
         let batch = pad.len().max(1);
         let width = tokens.len() / batch;
         let cols = cols.max(1);
         let before = layer_columns(model);
         let out = if cols >= width {
-            self.step(model, tokens, positions, pad)?
+            self.step_with(head, model, tokens, positions, pad)?
         } else {
             let mut last = None;
             let mut c0 = 0;
@@ -274,7 +351,10 @@ impl Generator {
                         .flat_map(|row| row[c0..c1].iter().copied())
                         .collect()
                 };
-                last = Some(self.step(model, pick(&tokens), pick(&positions), pad.clone())?);
+                // Only the last chunk's head is read: the others take the cheaper one.
+                let h = if c1 == width { head } else { Head::Ids };
+                last =
+                    Some(self.step_with(h, model, pick(&tokens), pick(&positions), pad.clone())?);
                 c0 = c1;
             }
             last.ok_or(GenerateError::Output {
@@ -297,15 +377,54 @@ impl Generator {
         &self,
         prompts: &[Vec<u32>],
         settings: &Settings,
+        on_step: impl FnMut(usize),
+    ) -> Result<Vec<Generated>, GenerateError> {
+        let controls: Vec<Control<'_>> = prompts
+            .iter()
+            .map(|_| Control {
+                max_new: settings.max_new_tokens,
+                ..Control::default()
+            })
+            .collect();
+        self.generate_with(prompts, settings, &controls, on_step)
+    }
+
+    /// Continue every prompt of one batch, each as its [`Control`] says: its own cap on new
+    /// tokens, sampled or greedy, with or without stop strings. A batch with a sampled sequence
+    /// runs the `logits` entry and picks every sequence's token from its row (greedy rows by the
+    /// same first-maximum rule as `argmax`); an all-greedy batch runs `main`.
+    pub fn generate_with(
+        &self,
+        prompts: &[Vec<u32>],
+        settings: &Settings,
+        controls: &[Control<'_>],
         mut on_step: impl FnMut(usize),
     ) -> Result<Vec<Generated>, GenerateError> {
         let batch = prompts.len();
         if batch == 0 {
             return Ok(Vec::new());
         }
+        let max_new = |b: usize| {
+            controls
+                .get(b)
+                .map_or(settings.max_new_tokens, |c| c.max_new)
+                .min(settings.max_new_tokens)
+                .max(1)
+        };
+        let steps = (0..batch).map(max_new).max().unwrap_or(1);
+        let head = if controls.iter().any(|c| c.sampler.is_some()) {
+            if self.logits.is_none() {
+                return Err(GenerateError::Inputs(
+                    "a sequence samples but the engine's `logits` entry was not compiled".into(),
+                ));
+            }
+            Head::Logits
+        } else {
+            Head::Ids
+        };
         let (tokens, positions, pads) = self.left_pad(prompts)?;
         let width = tokens.len() / batch;
-        let model = self.fresh_model(batch, width + settings.max_new_tokens)?;
+        let model = self.fresh_model(batch, width + steps)?;
         let mut out: Vec<Generated> = (0..batch)
             .map(|_| Generated {
                 tokens: Vec::new(),
@@ -314,29 +433,28 @@ impl Generator {
             .collect();
         let mut running = vec![true; batch];
         let mut next_pos: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
-        let mut next = self.prefill_step(&model, tokens, positions, pads.clone())?;
-        for step in 0..settings.max_new_tokens {
-            let ids = match &next {
-                Value::Ids(ids) if ids.len() == batch => ids.clone(),
-                other => {
-                    return Err(GenerateError::Output {
-                        found: other.kind().into(),
-                        batch,
-                    });
-                }
-            };
+        let mut next = self.prefill_with(head, &model, tokens, positions, pads.clone())?;
+        let vocab = self.checkpoint.config.vocab_size;
+        for step in 0..steps {
+            let ids = self.pick(&next, head, batch, vocab, &running, controls, step)?;
             for b in 0..batch {
                 if running[b] {
                     out[b].tokens.push(ids[b]);
-                    if settings.stop_ids.contains(&ids[b]) {
+                    let stop_string = controls
+                        .get(b)
+                        .and_then(|c| c.stop.as_ref())
+                        .is_some_and(|s| s.hit(&out[b].tokens));
+                    if settings.stop_ids.contains(&ids[b]) || stop_string {
                         out[b].finish = Finish::Stop;
+                        running[b] = false;
+                    } else if out[b].tokens.len() >= max_new(b) {
                         running[b] = false;
                     }
                 }
             }
             let alive = running.iter().filter(|r| **r).count();
             on_step(alive);
-            if alive == 0 || step + 1 == settings.max_new_tokens {
+            if alive == 0 || step + 1 == steps {
                 break;
             }
             let pad_id = self.checkpoint.config.pad_token_id;
@@ -347,8 +465,64 @@ impl Generator {
             for p in &mut next_pos {
                 *p += 1;
             }
-            next = self.step(&model, feed, pos, pads.clone())?;
+            next = self.step_with(head, &model, feed, pos, pads.clone())?;
         }
         Ok(out)
     }
+
+    /// Each sequence's next token from a step's output: the ids `main` returned, or picked
+    /// from the `[batch, vocab]` logits.
+    #[allow(clippy::too_many_arguments)]
+    fn pick(
+        &self,
+        output: &Value,
+        head: Head,
+        batch: usize,
+        vocab: usize,
+        running: &[bool],
+        controls: &[Control<'_>],
+        step: usize,
+    ) -> Result<Vec<u32>, GenerateError> {
+        let wrong = |other: &Value| GenerateError::Output {
+            found: other.kind().into(),
+            batch,
+        };
+        match (head, output) {
+            (Head::Ids, Value::Ids(ids)) if ids.len() == batch => Ok(ids.to_vec()),
+            (Head::Logits, Value::Tensor(t)) if t.shape() == [batch, vocab] && vocab > 0 => {
+                let rows = t.data();
+                let pick_row = |b: usize| {
+                    if !running[b] {
+                        return 0;
+                    }
+                    let row = &rows[b * vocab..(b + 1) * vocab];
+                    match controls.get(b).and_then(|c| c.sampler.as_ref()) {
+                        Some(s) => s.pick(row, step as u64),
+                        None => argmax_row(row),
+                    }
+                };
+                // Rows are independent (a sampler reads only its own row and stream), so the
+                // split across threads cannot change a token.
+                Ok(
+                    map_ranges(batch, 1, 1, 1, |r| r.map(pick_row).collect::<Vec<u32>>())
+                        .into_iter()
+                        .flat_map(|(_, ids)| ids)
+                        .collect(),
+                )
+            }
+            (_, other) => Err(wrong(other)),
+        }
+    }
+}
+
+/// The entry sampled sequences are drawn from.
+pub const LOGITS_ENTRY: &str = "logits";
+
+/// Which entry a step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// `main`: one id per sequence.
+    Ids,
+    /// `logits`: one row of logits per sequence.
+    Logits,
 }

@@ -1,6 +1,10 @@
-//! The job's private inputs: JSONL, one object per line with a unique `id` and exactly one of
-//! `prompt` (text), `messages` (chat turns) or `tokens` (ids). The whole file is checked before
-//! anything runs.
+//! The job's private inputs: JSONL, in one of two formats, detected from the first line (or
+//! set by the job's `inputs_format`):
+//! - the runner's own: one object per line with a unique `id` and exactly one of `prompt`
+//!   (text), `messages` (chat turns) or `tokens` (ids);
+//! - the OpenAI batch format ([`super::openai`]): `custom_id`, `method`, `url`, `body`.
+//!
+//! The whole file is checked before anything runs.
 //!
 //! Nothing from the data reaches a message: a bad line is refused with its number and one of a
 //! fixed set of problems ([`LineProblem`]), whose text names only the fields this format
@@ -13,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::openai::{parse_request, Endpoint, OpenAiProblem};
+pub use super::request::{Options, Prompt};
 use crate::error::{Diagnose, Exit};
 use crate::model::tokenizer::Turn;
 use crate::primitives::canonical::parse_strict;
@@ -25,26 +31,32 @@ pub fn inputs_cap(max_inputs: u32) -> u64 {
     u64::from(max_inputs).saturating_mul(MAX_INPUT_LINE_BYTES as u64 + 1)
 }
 
-/// What one input asks the model to continue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Prompt {
-    /// Text, put through the job's template.
-    Text(String),
-    /// Chat turns, put through the chat template.
-    Messages(Vec<Turn>),
-    /// Token ids, used as they are.
-    Tokens(Vec<u32>),
+/// The format of an inputs file, and so of the outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputsFormat {
+    /// From the first non-blank line: the OpenAI format when it has `custom_id`.
+    #[default]
+    Auto,
+    /// `{"id", "prompt" | "messages" | "tokens"}` lines.
+    Runner,
+    /// The OpenAI batch format.
+    Openai,
 }
 
 /// One input line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Input {
-    /// The caller's id, echoed in the output.
+    /// The caller's id (`id`, or `custom_id`), echoed in the output.
     pub id: String,
     /// The prompt.
     pub prompt: Prompt,
     /// Its 1-based line in the inputs file (how messages name it).
     pub line: usize,
+    /// The endpoint of an OpenAI batch line; `None` in the runner's format.
+    pub endpoint: Option<Endpoint>,
+    /// The request's own settings (always empty in the runner's format).
+    pub options: Options,
 }
 
 /// What is wrong with one line: the only things a message about an input may say.
@@ -76,6 +88,8 @@ pub enum LineProblem {
     BadMessages,
     /// `tokens` is not a non-empty list of integers in `0..2^32`.
     BadTokens,
+    /// An OpenAI batch line is wrong.
+    OpenAi(OpenAiProblem),
 }
 
 impl fmt::Display for LineProblem {
@@ -100,6 +114,7 @@ impl fmt::Display for LineProblem {
             LineProblem::BadTokens => f.write_str(
                 "`tokens` must be a non-empty list of token ids (integers from 0 to 4294967295)",
             ),
+            LineProblem::OpenAi(p) => p.fmt(f),
         }
     }
 }
@@ -141,6 +156,16 @@ impl Diagnose for InputsError {
         Exit::BadInput
     }
     fn hint(&self) -> Option<String> {
+        if let InputsError::Line {
+            problem: LineProblem::OpenAi(_),
+            ..
+        } = self
+        {
+            return Some(
+                "an OpenAI batch line is {\"custom_id\": \"...\", \"method\": \"POST\", \"url\":                  \"/v1/chat/completions\", \"body\": {\"messages\": [...], \"max_tokens\": N}} (or                  \"/v1/completions\" with \"prompt\"); docs/openai.md lists the body fields the                  runner implements"
+                    .into(),
+            );
+        }
         Some(
             "each line is a JSON object {\"id\": \"...\", and one of \"prompt\": \"text\", \
              \"messages\": [{\"role\": \"user\", \"content\": \"...\"}], \"tokens\": [2, ...]}"
@@ -156,8 +181,38 @@ pub fn read_inputs(path: &Path) -> Result<Vec<Input>, std::io::Error> {
     parse_inputs(&bytes, path).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Parse inputs JSONL; `path` names the file in errors. Blank lines are skipped.
+/// Parse inputs JSONL in the format its first line shows; `path` names the file in errors.
+/// Blank lines are skipped.
 pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError> {
+    parse_inputs_as(bytes, path, InputsFormat::Auto)
+}
+
+/// The format of inputs `bytes`: the OpenAI batch format when the first non-blank line is an
+/// object with `custom_id`, else the runner's (whose parse then says what is wrong).
+pub fn detect_format(bytes: &[u8]) -> InputsFormat {
+    let first = bytes
+        .split(|&b| b == b'\n')
+        .find(|l| !l.iter().all(u8::is_ascii_whitespace));
+    let is_openai = first
+        .and_then(|l| serde_json::from_slice::<serde_json::Map<String, Value>>(l).ok())
+        .is_some_and(|m| m.contains_key("custom_id"));
+    if is_openai {
+        InputsFormat::Openai
+    } else {
+        InputsFormat::Runner
+    }
+}
+
+/// Parse inputs JSONL in `format` (`Auto`: [`detect_format`]).
+pub fn parse_inputs_as(
+    bytes: &[u8],
+    path: &Path,
+    format: InputsFormat,
+) -> Result<Vec<Input>, InputsError> {
+    let format = match format {
+        InputsFormat::Auto => detect_format(bytes),
+        f => f,
+    };
     let mut inputs = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
@@ -174,16 +229,16 @@ pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError
         if text.trim().is_empty() {
             continue;
         }
-        let (id, prompt) = parse_line(text).map_err(bad)?;
-        if let Some(&first) = seen.get(&id) {
+        let input = parse_line(text, line, format).map_err(bad)?;
+        if let Some(&first) = seen.get(&input.id) {
             return Err(InputsError::DuplicateId {
                 path: path.to_owned(),
                 line,
                 first,
             });
         }
-        seen.insert(id.clone(), line);
-        inputs.push(Input { id, prompt, line });
+        seen.insert(input.id.clone(), line);
+        inputs.push(input);
     }
     if inputs.is_empty() {
         return Err(InputsError::Empty {
@@ -194,7 +249,7 @@ pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError
 }
 
 /// One non-blank line.
-fn parse_line(text: &str) -> Result<(String, Prompt), LineProblem> {
+fn parse_line(text: &str, line: usize, format: InputsFormat) -> Result<Input, LineProblem> {
     let value = parse_strict(text.as_bytes()).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => LineProblem::DuplicateKey,
         _ => LineProblem::NotJson { column: e.column() },
@@ -202,6 +257,16 @@ fn parse_line(text: &str) -> Result<(String, Prompt), LineProblem> {
     let Value::Object(mut fields) = value else {
         return Err(LineProblem::NotObject);
     };
+    if format == InputsFormat::Openai {
+        let r = parse_request(fields).map_err(LineProblem::OpenAi)?;
+        return Ok(Input {
+            id: r.custom_id,
+            prompt: r.prompt,
+            line,
+            endpoint: Some(r.endpoint),
+            options: r.options,
+        });
+    }
     if fields
         .keys()
         .any(|k| !matches!(k.as_str(), "id" | "prompt" | "messages" | "tokens"))
@@ -225,7 +290,13 @@ fn parse_line(text: &str) -> Result<(String, Prompt), LineProblem> {
         (None, None, Some(t)) => Prompt::Tokens(token_ids(t).ok_or(LineProblem::BadTokens)?),
         _ => return Err(LineProblem::PromptCount),
     };
-    Ok((id, prompt))
+    Ok(Input {
+        id,
+        prompt,
+        line,
+        endpoint: None,
+        options: Options::default(),
+    })
 }
 
 fn turns(value: Value) -> Option<Vec<Turn>> {

@@ -21,7 +21,7 @@ use crate::primitives::canonical::to_canonical_from;
 use crate::primitives::digest::Digest;
 use crate::sealing::{open, seal, SealKey};
 
-const JOURNAL_SCHEMA: &str = "runner-journal/1";
+const JOURNAL_SCHEMA: &str = "runner-journal/2";
 /// The largest record read back (a batch's output lines).
 const MAX_RECORD: u64 = 1 << 32;
 
@@ -29,7 +29,7 @@ const MAX_RECORD: u64 = 1 << 32;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Binding {
-    /// Always `runner-journal/1`.
+    /// Always `runner-journal/2`.
     pub schema: String,
     /// The certificate digest.
     pub certificate: Digest,
@@ -75,6 +75,16 @@ impl Binding {
             Digest::derive("runner resume journal name v1", &b).short()
         )
     }
+}
+
+/// The journal's first record: what it is for, and the seed the run drew for sampling (a
+/// resumed run must sample the rest of its inputs from the same one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    binding: Binding,
+    /// Hex of the drawn seed's 8 little-endian bytes (JSON numbers cannot hold every u64).
+    drawn_seed: String,
 }
 
 /// One completed input, as the run recorded it.
@@ -131,6 +141,9 @@ pub struct Resumed {
     pub entries: Vec<Entry>,
     /// A one-line notice about a journal that was discarded.
     pub notice: Option<String>,
+    /// The seed the run draws from where the job gives none: the earlier attempt's when it
+    /// resumes, else the fresh one given to [`Journal::open`].
+    pub drawn_seed: u64,
 }
 
 fn record(bytes: &[u8]) -> Vec<u8> {
@@ -162,11 +175,13 @@ fn read_records(bytes: &[u8], key: &SealKey) -> Vec<(Zeroizing<Vec<u8>>, usize)>
 }
 
 impl Journal {
-    /// Open (or start) the journal for `binding` in `state_dir`, with what it already holds.
+    /// Open (or start) the journal for `binding` in `state_dir`, with what it already holds; a
+    /// journal started here records `fresh_seed` as the run's drawn seed.
     pub fn open(
         state_dir: &Path,
         binding: &Binding,
         key: &SealKey,
+        fresh_seed: u64,
     ) -> Result<(Journal, Resumed), JournalError> {
         let dir = state_dir.join("journals");
         let path = dir.join(binding.file_name());
@@ -175,16 +190,25 @@ impl Journal {
             source,
         };
         fs::create_dir_all(&dir).map_err(err)?;
-        let mut resumed = Resumed::default();
+        let mut resumed = Resumed {
+            drawn_seed: fresh_seed,
+            ..Resumed::default()
+        };
         let mut keep = 0usize;
         if let Ok(mut f) = File::open(&path) {
             let mut bytes = Vec::new();
             f.read_to_end(&mut bytes).map_err(err)?;
             let records = read_records(&bytes, key);
-            let header: Option<Binding> = records
+            let header: Option<Header> = records
                 .first()
                 .and_then(|(r, _)| serde_json::from_slice(r).ok());
-            if header.as_ref() == Some(binding) {
+            let seed = header
+                .as_ref()
+                .filter(|h| h.binding == *binding)
+                .and_then(|h| hex::decode(&h.drawn_seed).ok())
+                .and_then(|b| <[u8; 8]>::try_from(b).ok());
+            if let Some(seed) = seed {
+                resumed.drawn_seed = u64::from_le_bytes(seed);
                 keep = records[0].1;
                 // Up to the first record that does not parse: what follows it is dropped.
                 for (r, end) in &records[1..] {
@@ -220,7 +244,12 @@ impl Journal {
         };
         if keep == 0 {
             resumed.entries.clear();
-            let header = to_canonical_from(binding)
+            resumed.drawn_seed = fresh_seed;
+            let header = Header {
+                binding: binding.clone(),
+                drawn_seed: hex::encode(fresh_seed.to_le_bytes()),
+            };
+            let header = to_canonical_from(&header)
                 .map_err(|e| err(std::io::Error::other(e.to_string())))?;
             journal.write_record(&header)?;
         }
@@ -280,8 +309,9 @@ mod tests {
     fn resumes_what_was_appended_drops_a_cut_record_and_discards_another_runs() {
         let dir = tempfile::tempdir().unwrap();
         let key = SealKey::generate();
-        let (mut j, r) = Journal::open(dir.path(), &binding(2), &key).unwrap();
+        let (mut j, r) = Journal::open(dir.path(), &binding(2), &key, 77).unwrap();
         assert!(r.entries.is_empty() && r.notice.is_none());
+        assert_eq!(r.drawn_seed, 77);
         let e = |i: u64| Entry::new(serde_json::json!({"id": i}), i, Finish::Length);
         j.append(&[e(0), e(1)]).unwrap();
         j.append(&[e(2)]).unwrap();
@@ -293,13 +323,18 @@ mod tests {
         // A kill in the middle of the next append.
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[200, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]).unwrap();
-        let (j, r) = Journal::open(dir.path(), &binding(2), &key).unwrap();
+        let (j, r) = Journal::open(dir.path(), &binding(2), &key, 78).unwrap();
         assert_eq!(r.entries, vec![e(0), e(1), e(2)]);
+        assert_eq!(
+            r.drawn_seed, 77,
+            "a resumed run samples from the first attempt's seed"
+        );
         drop(j);
         // Another job's binding, or another key: discarded.
-        let (_, r) = Journal::open(dir.path(), &binding(2), &SealKey::generate()).unwrap();
+        let (_, r) = Journal::open(dir.path(), &binding(2), &SealKey::generate(), 79).unwrap();
         assert!(r.entries.is_empty() && r.notice.is_some());
-        let (_, r) = Journal::open(dir.path(), &binding(2), &key).unwrap();
+        assert_eq!(r.drawn_seed, 79);
+        let (_, r) = Journal::open(dir.path(), &binding(2), &key, 80).unwrap();
         assert!(
             r.entries.is_empty(),
             "the discarded journal was started again"

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admit;
+pub mod answer;
 pub mod attest;
 pub mod audit;
 pub mod exec;
@@ -11,10 +12,14 @@ pub mod generate;
 pub mod inputs;
 pub mod journal;
 pub mod model_value;
+pub mod openai;
 pub mod publish;
 pub mod registry;
+pub mod request;
 pub mod run;
+pub mod sampling;
 pub mod shard;
 pub mod spec;
 pub mod state;
+pub mod stop;
 pub mod superseded;

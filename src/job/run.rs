@@ -3,15 +3,20 @@
 
 use std::path::PathBuf;
 
-use serde_json::json;
+use ring::rand::{SecureRandom, SystemRandom};
 use zeroize::Zeroizing;
 
 use super::admit::Admitted;
-use super::generate::{Finish, GenerateError, Settings};
+use super::answer::{openai_line, runner_line, Answer, OpenAiRun};
+use super::generate::{Control, Finish, GenerateError, Settings};
+use super::inputs::Input;
 use super::journal::{Entry, Journal, JournalError};
 use super::publish::{check_output_dir, publish, PublishError};
+use super::sampling::{input_seed, Sampler, MAX_JOB_SEED, SAMPLING_SCHEME};
+use super::stop::{cut_at_stop, StopStrings};
 use crate::error::{Diagnose, Exit};
 use crate::model::files::FileError;
+use crate::model::tokenizer::Tokenizer;
 use crate::primitives::keys::SecretKey;
 use crate::primitives::time::Timestamp;
 use crate::restrict::builtins::Builtin;
@@ -19,9 +24,10 @@ use crate::restrict::diagnostic::Pos;
 use crate::restrict::policy::OutputKind;
 use crate::restrict::RunErrorKind;
 use crate::sealing::{seal, RecipientError};
+use crate::trust::generation::Generation;
 use crate::trust::receipt::{
     sign_receipt, Commitment, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
-    Sealed, OUTPUTS_COMMITMENT_CONTEXT,
+    SamplingFacts, Sealed, SeedSource, OUTPUTS_COMMITMENT_CONTEXT,
 };
 pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
 pub use crate::trust::run_attestation::ATTESTATION_FILE;
@@ -41,6 +47,10 @@ pub struct RunResult {
     pub receipt: Vec<u8>,
     /// One-line notices for the operator (a resume journal discarded).
     pub notices: Vec<String>,
+    /// Time from the first batch to the published outputs.
+    pub elapsed: std::time::Duration,
+    /// The receipt's digest (of its payload), as `runner verify` prints it.
+    pub receipt_digest: crate::primitives::digest::Digest,
 }
 
 /// The run's resume journal, and what an earlier attempt had completed.
@@ -49,6 +59,8 @@ pub struct Resume {
     pub journal: Journal,
     /// The completed inputs, from the start of the run's range.
     pub entries: Vec<Entry>,
+    /// The seed drawn for inputs that sample without one (the earlier attempt's on resume).
+    pub drawn_seed: u64,
 }
 
 /// Why a run failed after admission.
@@ -91,8 +103,9 @@ pub enum RunFailure {
     /// The outputs could not be sealed to the certificate's recipients.
     #[error("cannot seal the outputs: {0}")]
     Seal(RecipientError),
-    /// The system's random number generator failed (the outputs commitment needs a salt).
-    #[error("cannot salt the outputs commitment: the system random number generator failed")]
+    /// The system's random number generator failed (the outputs commitment needs a salt, and a
+    /// sampling job without a seed a drawn one).
+    #[error("the system random number generator failed (it salts the outputs commitment and draws the sampling seed)")]
     NoRandomness,
     /// Writing the outputs failed.
     #[error("cannot write {path}: {source}")]
@@ -176,6 +189,51 @@ fn operation(kind: &RunErrorKind) -> String {
     }
 }
 
+/// The stop strings of `input`: its own, else the job's.
+fn stop_strings<'a>(g: &'a Generation, input: &'a Input) -> &'a [String] {
+    if input.options.stop.is_empty() {
+        &g.stop
+    } else {
+        &input.options.stop
+    }
+}
+
+/// How input `index` (0-based in the inputs file) is generated: its request's settings where it
+/// gives them, else the job's; a seed of its own, else one derived from the job's.
+fn control_of<'a>(
+    g: &'a Generation,
+    tokenizer: Option<&'a Tokenizer>,
+    job_seed: u64,
+    index: usize,
+    input: &'a Input,
+) -> Control<'a> {
+    let o = &input.options;
+    let seed = o.seed.unwrap_or_else(|| input_seed(job_seed, index as u64));
+    let sampler = Sampler::new(
+        o.temperature.unwrap_or(g.temperature),
+        o.top_k.unwrap_or(g.top_k) as usize,
+        o.top_p.unwrap_or(g.top_p),
+        seed,
+    );
+    Control {
+        max_new: o
+            .max_tokens
+            .map_or(g.max_new_tokens, |m| m.min(g.max_new_tokens)) as usize,
+        sampler,
+        stop: tokenizer.and_then(|t| StopStrings::new(stop_strings(g, input), t)),
+    }
+}
+
+/// A fresh seed for the inputs a sampling job gives none to (recorded in the receipt), at most
+/// [`MAX_JOB_SEED`] as a job file's must be.
+pub fn draw_seed() -> Result<u64, RunFailure> {
+    let mut bytes = [0u8; 8];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| RunFailure::NoRandomness)?;
+    Ok(u64::from_le_bytes(bytes) & MAX_JOB_SEED)
+}
+
 /// How far a run has got: what a progress display may show (counts and time, never data).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Progress {
@@ -233,6 +291,7 @@ pub fn run(
     };
     let batch = g.batch_size.max(1) as usize;
     let inputs_total = range.len();
+    let journal_seed = resume.as_ref().map(|r| r.drawn_seed);
     let (mut journal, done) = match resume {
         // More than the range holds cannot be this run's: start again.
         Some(r) if r.entries.len() <= range.len() => (Some(r.journal), r.entries),
@@ -251,28 +310,70 @@ pub fn run(
         }
     }
     let todo = range.start + counts.inputs as usize..range.end;
+    let cert = admitted.certificate();
+    let openai = OpenAiRun::new(
+        cert.digest(),
+        admitted.job_digest(),
+        cert.model_digest(),
+        started_at.datetime().unix_timestamp(),
+    );
+    let job_seed = match (g.seed, &journal_seed) {
+        (Some(seed), _) => seed,
+        (None, Some(drawn)) => *drawn,
+        (None, None) => draw_seed()?,
+    };
+    let tokenizer = admitted.tokenizer();
+    let sampled_inputs = admitted.inputs()[range.clone()]
+        .iter()
+        .enumerate()
+        .filter(|(i, input)| {
+            control_of(g, tokenizer, job_seed, range.start + i, input)
+                .sampler
+                .is_some()
+        })
+        .count() as u64;
+    let mut index = todo.start;
     for (inputs, prompts) in admitted.inputs()[todo.clone()]
         .chunks(batch)
         .zip(admitted.prompts()[todo].chunks(batch))
     {
-        let generated = admitted.generator().generate(prompts, &settings, |_| {})?;
+        let controls: Vec<Control<'_>> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| control_of(g, tokenizer, job_seed, index + i, input))
+            .collect();
+        let generated =
+            admitted
+                .generator()
+                .generate_with(prompts, &settings, &controls, |_| {})?;
         let mut entries = Vec::with_capacity(inputs.len());
-        for (input, out) in inputs.iter().zip(generated) {
-            let mut line = serde_json::Map::new();
-            line.insert("id".into(), json!(input.id));
-            if g.outputs.contains(&OutputKind::Text) {
-                if let Some(tok) = admitted.tokenizer() {
-                    let text = tok
+        for ((input, prompt), mut out) in inputs.iter().zip(prompts).zip(generated) {
+            let wants_text = input.endpoint.is_some() || g.outputs.contains(&OutputKind::Text);
+            let text = match tokenizer.filter(|_| wants_text) {
+                Some(tok) => {
+                    let full = tok
                         .decode(&out.tokens)
                         .map_err(|_| RunFailure::Decode { line: input.line })?;
-                    line.insert("text".into(), json!(text));
+                    let (cut, stopped) = cut_at_stop(&full, stop_strings(g, input));
+                    if stopped {
+                        out.finish = Finish::Stop;
+                    }
+                    Some(Zeroizing::new(cut.to_owned()))
                 }
-            }
-            if g.outputs.contains(&OutputKind::Tokens) {
-                line.insert("tokens".into(), json!(out.tokens));
-            }
-            line.insert("finish_reason".into(), json!(out.finish));
-            let line = serde_json::Value::Object(line);
+                None => None,
+            };
+            let answer = Answer {
+                input,
+                index,
+                prompt_tokens: prompt.len(),
+                generated: &out,
+                text: text.as_ref().map(|t| t.as_str()),
+            };
+            let line = match input.endpoint {
+                Some(endpoint) => openai_line(&openai, &answer, endpoint),
+                None => runner_line(&answer, &g.outputs),
+            };
+            index += 1;
             if journal.is_some() {
                 entries.push(Entry::new(
                     line.clone(),
@@ -312,7 +413,16 @@ pub fn run(
     // The receipt names the approved model: the tokens must have come from its bytes, so no
     // file the checkpoint was read from may have been written since it was hashed.
     admitted.generator().checkpoint().seal.check_unchanged()?;
-    let cert = admitted.certificate();
+    let sampling = (sampled_inputs > 0).then(|| SamplingFacts {
+        scheme: SAMPLING_SCHEME.into(),
+        job_seed: job_seed.to_string(),
+        seed_source: if g.seed.is_some() {
+            SeedSource::Job
+        } else {
+            SeedSource::Drawn
+        },
+        sampled_inputs,
+    });
     let facts = RunFacts {
         certificate_digest: cert.digest(),
         engine_digest: cert.engine().source_digest,
@@ -334,12 +444,19 @@ pub fn run(
         attestation: admitted.evidence().map(|e| e.facts.clone()),
         shard: admitted.shard_facts(),
         resumed_at,
+        sampling,
     };
     let mut files: Vec<(&str, &[u8])> = vec![(outputs_name, &outputs)];
     if let Some(evidence) = admitted.evidence() {
         files.push((ATTESTATION_FILE, &evidence.bytes));
     }
     let receipt = sign_receipt(&facts, &files, runner_key)?;
+    let receipt_digest = crate::primitives::dsse::Envelope::parse(&receipt)
+        .map_err(|e| RunFailure::Io {
+            path: job.output_dir.join(RECEIPT_FILE),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .payload_digest();
     files.push((RECEIPT_FILE, &receipt));
     if admitted.shard_facts().is_some() {
         // The shards' shared parent; each shard's own directory appears whole, by rename.
@@ -359,5 +476,7 @@ pub fn run(
         outputs,
         receipt,
         notices: Vec::new(),
+        elapsed: started.elapsed(),
+        receipt_digest,
     })
 }

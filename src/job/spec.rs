@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::inputs::InputsFormat;
+use super::openai::MAX_STOP_STRINGS;
+use super::sampling::MAX_JOB_SEED;
 use crate::error::{Diagnose, Exit};
 use crate::model::digest::ModelDigestError;
 use crate::primitives::bounded_read::{read_bounded_text, ReadError, MAX_TEXT_BYTES};
@@ -24,6 +27,8 @@ pub struct JobSpec {
     pub model: PathBuf,
     /// Inputs (JSONL).
     pub inputs: PathBuf,
+    /// The inputs' format (and so the outputs'): detected from the file unless set.
+    pub inputs_format: InputsFormat,
     /// Directory `outputs.jsonl` and `receipt.json` are written to.
     pub output_dir: PathBuf,
     /// `tokenizer.json`; default: the model directory's, else the fetched cache.
@@ -43,6 +48,8 @@ struct RawJob {
     engine: PathBuf,
     model: PathBuf,
     inputs: PathBuf,
+    #[serde(default)]
+    inputs_format: InputsFormat,
     output_dir: PathBuf,
     /// No longer a job setting; present only to refuse it with a clear message.
     #[serde(default)]
@@ -298,6 +305,33 @@ impl JobSpec {
                 "must list \"text\" and/or \"tokens\"".into(),
             ));
         }
+        if !(0.0..=2.0).contains(&g.temperature) {
+            return Err(invalid(
+                "generation.temperature",
+                "must be a number from 0 (greedy) to 2".into(),
+            ));
+        }
+        if !(g.top_p > 0.0 && g.top_p <= 1.0) {
+            return Err(invalid(
+                "generation.top_p",
+                "must be above 0 and at most 1".into(),
+            ));
+        }
+        if g.stop.len() > MAX_STOP_STRINGS || g.stop.iter().any(String::is_empty) {
+            return Err(invalid(
+                "generation.stop",
+                format!("must list at most {MAX_STOP_STRINGS} non-empty strings"),
+            ));
+        }
+        if g.seed.is_some_and(|s| s > MAX_JOB_SEED) {
+            return Err(invalid(
+                "generation.seed",
+                format!(
+                    "must be an integer from 0 to {MAX_JOB_SEED} (the receipt's JSON holds it \
+                     exactly)"
+                ),
+            ));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let at = |p: &Path| base.join(p);
         Ok(JobSpec {
@@ -305,6 +339,7 @@ impl JobSpec {
             engine: at(&raw.engine),
             model: at(&raw.model),
             inputs: at(&raw.inputs),
+            inputs_format: raw.inputs_format,
             output_dir: at(&raw.output_dir),
             tokenizer: raw.tokenizer.as_deref().map(at),
             generation: raw.generation,

@@ -184,6 +184,12 @@ impl Tokenizer {
             .map_err(|e| TokenizerError::Codec(e.to_string()))
     }
 
+    /// Number of tokens in the vocabulary proper, without tokens added on top of it (what a
+    /// model's `vocab_size` counts).
+    pub fn base_vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(false)
+    }
+
     /// Number of tokens in the vocabulary, special tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

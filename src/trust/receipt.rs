@@ -281,6 +281,34 @@ pub struct RunFacts {
     /// earlier attempt was killed; absent when it ran from the start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_at: Option<u64>,
+    /// How sampled inputs drew their tokens, when any did; absent for a greedy run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingFacts>,
+}
+
+/// What an auditor with the inputs needs to reproduce a sampled run (docs/sampling.md): an
+/// input with its own `seed` uses it; any other derives its seed from `job_seed` and its index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingFacts {
+    /// The scheme: `runner-sampling/1`.
+    pub scheme: String,
+    /// The job's seed, in decimal (JSON numbers cannot hold every 64-bit value).
+    pub job_seed: String,
+    /// Whether the job file gave `job_seed` or the runner drew it.
+    pub seed_source: SeedSource,
+    /// How many inputs of this run sampled (the others were greedy).
+    pub sampled_inputs: u64,
+}
+
+/// Where a run's job seed came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeedSource {
+    /// `generation.seed` in the job file.
+    Job,
+    /// Drawn by the runner from the system's generator.
+    Drawn,
 }
 
 impl RunFacts {
@@ -969,6 +997,7 @@ mod tests {
                 max_new_tokens: 32,
                 template: Template::Chat,
                 outputs: vec![OutputKind::Text, OutputKind::Tokens],
+                ..Generation::default()
             },
             runner: RunnerIdentity {
                 version: "0.1.0".into(),
@@ -984,6 +1013,7 @@ mod tests {
             attestation: None,
             shard: None,
             resumed_at: None,
+            sampling: None,
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(OUTPUTS_FILE), OUTPUT).unwrap();

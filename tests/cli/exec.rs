@@ -430,9 +430,9 @@ fn rejects_unknown_key_in_job_file() {
     );
     env.write(
         "job.toml",
-        job_toml(2, 8, r#"["tokens"]"#) + "temperature = 0.7\n",
+        job_toml(2, 8, r#"["tokens"]"#) + "beam_width = 4\n",
     );
-    env.refused(EXEC, 2, &["unknown field `temperature`"]);
+    env.refused(EXEC, 2, &["unknown field `beam_width`"]);
 }
 
 #[test]
@@ -609,8 +609,8 @@ fn rejects_text_prompt_without_a_tokenizer() {
 
 #[test]
 fn rejects_chat_turn_with_unknown_role() {
-    cached_tokenizer();
-    let env = Env::approved_job();
+    let env = Env::text_job();
+    env.write_job(2, 8, r#"["tokens"]"#);
     env.write(
         "inputs.jsonl",
         "{\"id\":\"ok\",\"tokens\":[2,5]}\n\

@@ -70,7 +70,8 @@ fn every_command_help_lists_its_exit_codes() {
 
 #[test]
 fn placeholders_come_from_one_vocabulary() {
-    // Paths are FILE or DIR (the model: DIR|FILE.gguf); numbers N; the rest say their format.
+    // Paths are FILE or DIR (the model: DIR|FILE.gguf); numbers N (or SECONDS); the rest say
+    // their format.
     const ALLOWED: &[&str] = &[
         "FILE",
         "DIR",
@@ -78,6 +79,7 @@ fn placeholders_come_from_one_vocabulary() {
         "FILE|DIR",
         "N",
         "N,...",
+        "SECONDS",
         "K/N",
         "HEX",
         "RFC3339",

@@ -12,6 +12,7 @@ mod deploy;
 mod exec;
 mod gguf;
 mod help;
+mod openai;
 mod reapproval;
 mod receipt;
 mod restrict;

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::env::Env;
-use super::repo::fixture_model;
+use super::repo::{cached_tokenizer, fixture_model};
 
 /// The flags every exec of an [`Env::approved_job`] runs with: the state directory and trust
 /// file inside the directory.
@@ -70,6 +70,21 @@ pub fn fixture_prompts() -> Vec<Vec<u32>> {
 }
 
 impl Env {
+    /// An approved job whose random-weight model has the Gemma 3 tokenizer's vocabulary
+    /// (262144 x 64 bf16 embeddings, ~33 MB), so text prompts run and answers are text.
+    pub fn text_job() -> Env {
+        cached_tokenizer();
+        let env = Env::bare_job();
+        runner::model::synthetic::SyntheticSpec {
+            vocab_size: 262_144,
+            ..runner::model::synthetic::SyntheticSpec::tiny()
+        }
+        .write(&env.path("model"), 7)
+        .unwrap();
+        env.approve_both("cert.json", &[]);
+        env
+    }
+
     /// inputs.jsonl: one `{"id", "tokens"}` line per prompt, ids p0, p1, ...
     pub fn write_inputs(&self, prompts: &[Vec<u32>]) {
         let mut text = String::new();

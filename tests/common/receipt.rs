@@ -57,6 +57,7 @@ impl Env {
                 max_new_tokens: 16,
                 template: Template::Chat,
                 outputs: vec![OutputKind::Text, OutputKind::Tokens],
+                ..Generation::default()
             },
             runner: RunnerIdentity {
                 version: "0.1.0".into(),
@@ -72,6 +73,7 @@ impl Env {
             attestation: None,
             shard: None,
             resumed_at: None,
+            sampling: None,
         }
     }
 
@@ -93,9 +95,15 @@ impl Env {
     /// `runner verify` of out/receipt.json (written by `exec`) against `cert` and the runner's
     /// own key in `state/`, as JSON.
     pub fn verify_receipt(&self, cert: &str) -> Value {
+        self.verify_receipt_in("out", cert)
+    }
+
+    /// [`Env::verify_receipt`] of the receipt in `dir`.
+    pub fn verify_receipt_in(&self, dir: &str, cert: &str) -> Value {
+        let receipt = format!("{dir}/receipt.json");
         let out = self.ok(&[
             "verify",
-            "out/receipt.json",
+            &receipt,
             "--cert",
             cert,
             "--runner-key",

@@ -42,8 +42,8 @@ fn rejects_unknown_keys_naming_them() {
     let err = load(&format!("trust = \"mine.toml\"\n{JOB}")).unwrap_err();
     assert!(matches!(err, JobError::Malformed { .. }), "{err}");
     assert!(err.to_string().contains("trust"), "{err}");
-    let err = load(&JOB.replace("template = \"raw\"", "temperature = 0.7")).unwrap_err();
-    assert!(err.to_string().contains("temperature"), "{err}");
+    let err = load(&JOB.replace("template = \"raw\"", "beam_width = 4")).unwrap_err();
+    assert!(err.to_string().contains("beam_width"), "{err}");
 }
 
 #[test]

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use runner::job::generate::{Finish, Generator, Settings};
+use runner::job::generate::{Control, Finish, Generator, Settings};
+use runner::job::sampling::Sampler;
 use runner::kernels::{self, with_instruction_set, Isa};
 use runner::model::weights::Checkpoint;
 use runner::restrict::policy::Policy;
@@ -98,6 +99,42 @@ fn greedy_tokens_equal_hf_for_a_left_padded_batch() {
                     let want = ids(&e["batched"]["results"][i]["tokens"]);
                     assert_eq!(seq.tokens, want, "{} sequence {i}", dir.display());
                     assert_eq!(seq.finish, Finish::Length);
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn greedy_through_the_logits_head_equals_hf_when_a_batch_samples() {
+    // A batch with a sampled sequence runs `logits` and picks every token in the runner: the
+    // greedy rows (no sampler, or top-k 1, which can only draw the maximum) must still be HF's.
+    for isa in kernel_paths() {
+        with_instruction_set(isa, || {
+            for dir in fixtures() {
+                let e = expected(&dir);
+                let source = std::fs::read_to_string(root().join("engines/gemma3.eng")).unwrap();
+                let policy = Policy::load(&root().join("policies/gemma3.json")).unwrap();
+                let checked = check(&source, "engines/gemma3.eng", &policy).unwrap();
+                let g = generator(&dir, "main").with_sampling(checked).unwrap();
+                let p = prompts(&e);
+                let n = ids(&e["batched"]["results"][0]["tokens"]).len();
+                let controls: Vec<Control<'_>> = (0..p.len())
+                    .map(|i| Control {
+                        max_new: n,
+                        sampler: (i % 2 == 0).then(|| Sampler::new(0.7, 1, 1.0, i as u64).unwrap()),
+                        stop: None,
+                    })
+                    .collect();
+                let got = g.generate_with(&p, &no_stop(n), &controls, |_| {}).unwrap();
+                for (i, seq) in got.iter().enumerate() {
+                    let want = ids(&e["batched"]["results"][i]["tokens"]);
+                    assert_eq!(
+                        seq.tokens,
+                        want,
+                        "{} sequence {i} on {isa:?}",
+                        dir.display()
+                    );
                 }
             }
         });
