@@ -20,3 +20,6 @@ fi
 cargo fmt --check
 cargo clippy --locked --release --all-targets -- -D warnings
 cargo test --locked --release
+# The fuzz targets (a workspace of their own) must keep building against the crate and their
+# lock file (docs/fuzzing.md); the campaign itself is scripts/fuzz.sh.
+(cd fuzz && cargo check --locked --quiet)

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A fuzzing campaign anyone can rerun (docs/fuzzing.md):
+#
+#   scripts/fuzz.sh [--minutes N | --seconds N] [TARGET...]
+#
+# Builds every target in fuzz/ with the stable-toolchain recipe (libFuzzer's coverage
+# instrumentation, no nightly, no cargo-fuzz), seeds each corpus from a freshly generated demo
+# directory and the repository's own fixtures, runs each target for N minutes (default 1) on
+# one worker, and prints a table: target, executions, exec/s, coverage, crashes. Exits 1 if any
+# target crashed, leaving the input in fuzz/artifacts/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+seconds=60
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --minutes) seconds=$(($2 * 60)); shift 2 ;;
+    --seconds) seconds="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+all=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^runner-fuzz$')
+if [ ${#targets[@]} -eq 0 ]; then
+  read -r -a targets <<<"$(echo $all)"
+fi
+for t in "${targets[@]}"; do
+  echo "$all" | grep -qx "$t" || { echo "fuzz.sh: no target '$t' (targets: $(echo $all))" >&2; exit 2; }
+done
+
+triple=$(rustc -vV | sed -n 's/^host: //p')
+echo "fuzz.sh: building ${#targets[@]} targets for $triple (the first build takes minutes)" >&2
+bins=()
+for t in "${targets[@]}"; do bins+=(--bin "$t"); done
+(
+  cd fuzz
+  RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+    -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+    -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
+    cargo build --locked --release --target "$triple" "${bins[@]}" >&2
+)
+
+# Seeds: a fresh demo directory (certificate, receipt, evidence, job, audit log) and fixtures.
+seeds=$(mktemp -d)
+trap 'rm -rf "$seeds"' EXIT
+demo="$seeds/demo"
+cargo build --release --locked --bin runner >&2
+target/release/runner demo --builtin --dir "$demo" >/dev/null
+seed_files() {
+  case "$1" in
+    certificate) echo "$demo/cert.json" ;;
+    dsse_envelope) echo "$demo/cert.json $demo/results/receipt.json $demo/evidence.json" ;;
+    receipt) echo "$demo/results/receipt.json" ;;
+    policy) echo "policies/gemma3.json" ;;
+    job_spec) echo "$demo/job.toml examples/job.toml" ;;
+    inputs) echo "examples/inputs.jsonl" ;;
+    openai_batch) echo "$seeds/openai.jsonl" ;;
+    model_config) ls tests/fixtures/models/*/config.json ;;
+    gguf_header) echo "tests/fixtures/gguf/blocks.gguf tests/fixtures/models/tiny-gguf/model.gguf" ;;
+    attestation) echo "$demo/evidence.json"; ls tests/fixtures/attestation/*.bin tests/fixtures/attestation/tdx_quote ;;
+    audit_log) echo "$demo/state/audit.jsonl" ;;
+    engine) ls engines/*.eng ;;
+  esac
+}
+cat >"$seeds/openai.jsonl" <<'EOF'
+{"custom_id": "request-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 10, "temperature": 0.7, "top_p": 0.9, "seed": -3, "stop": ["\n", "END"], "n": 1}}
+{"custom_id": "request-2", "method": "POST", "url": "/v1/completions", "body": {"prompt": [2, 5, 7], "max_completion_tokens": 4, "top_k": -1, "stream": false, "logprobs": null}}
+EOF
+
+report="$seeds/report"
+crashed=0
+printf '%-14s %14s %10s %8s %8s\n' target executions exec/s coverage crashes >"$report"
+for t in "${targets[@]}"; do
+  corpus="fuzz/corpus/$t"
+  artifacts="fuzz/artifacts/$t"
+  mkdir -p "$corpus" "$artifacts" "$seeds/in-$t"
+  for f in $(seed_files "$t"); do
+    [ -f "$f" ] && cp "$f" "$seeds/in-$t/"
+  done
+  log="$seeds/$t.log"
+  set +e
+  "fuzz/target/$triple/release/$t" "$corpus" "$seeds/in-$t" \
+    -max_total_time="$seconds" -artifact_prefix="$artifacts/" -print_final_stats=1 \
+    >"$log" 2>&1
+  rc=$?
+  set -e
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  crashes=$(find "$artifacts" -type f -newer "$seeds/openai.jsonl" | wc -l)
+  if [ "$rc" -ne 0 ] || [ "$crashes" -gt 0 ]; then
+    crashed=1
+    echo "fuzz.sh: $t crashed (exit $rc); input in $artifacts/; log:" >&2
+    tail -20 "$log" >&2
+  fi
+  printf '%-14s %14s %10s %8s %8s\n' "$t" "${runs:-?}" "${speed:-?}" "${cov:-?}" "$crashes" >>"$report"
+done
+echo "fuzz.sh: $(lscpu | sed -n 's/^Model name: *//p' | head -1), ${seconds} s per target, one worker"
+cat "$report"
+exit "$crashed"
