@@ -17,7 +17,7 @@ use crate::kernels::parallel::map_ranges;
 use crate::kernels::softmax::argmax_row;
 use crate::kernels::KernelError;
 use crate::model::weights::Checkpoint;
-use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Value};
+use crate::restrict::{compile, Checked, CompileError, Inputs, Plan, RunError, Signature, Value};
 
 /// Why a sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -156,6 +156,14 @@ fn step_inputs(model: &Value, tokens: Vec<u32>, positions: Vec<u32>, pad: Vec<u3
         .with("pad", Value::ids(pad))
 }
 
+/// The types of a step's inputs on this checkpoint, which an entry is compiled for.
+fn step_signature(checkpoint: &Checkpoint) -> Result<Signature, GenerateError> {
+    let model = model_record(checkpoint, 1, 1)?;
+    step_inputs(&model, vec![0], vec![0], vec![0])
+        .signature()
+        .map_err(|e| GenerateError::Inputs(e.to_string()))
+}
+
 /// Every layer's cache must have taken exactly `width` more columns than `before`: an engine
 /// that skips a layer (or runs one twice) would otherwise give wrong tokens quietly.
 fn check_every_layer_ran(
@@ -193,11 +201,7 @@ impl Generator {
         entry: &str,
         checkpoint: Arc<Checkpoint>,
     ) -> Result<Generator, GenerateError> {
-        let model = model_record(&checkpoint, 1, 1)?;
-        let sig = step_inputs(&model, vec![0], vec![0], vec![0])
-            .signature()
-            .map_err(|e| GenerateError::Inputs(e.to_string()))?;
-        let plan = compile(checked, entry, &sig)?;
+        let plan = compile(checked, entry, &step_signature(&checkpoint)?)?;
         Ok(Generator {
             plan,
             logits: None,
@@ -208,11 +212,11 @@ impl Generator {
     /// Also compile the engine's `logits` entry (the step before argmax), which sampled
     /// sequences are drawn from.
     pub fn with_sampling(mut self, checked: Checked) -> Result<Generator, GenerateError> {
-        let model = model_record(&self.checkpoint, 1, 1)?;
-        let sig = step_inputs(&model, vec![0], vec![0], vec![0])
-            .signature()
-            .map_err(|e| GenerateError::Inputs(e.to_string()))?;
-        self.logits = Some(compile(checked, LOGITS_ENTRY, &sig)?);
+        self.logits = Some(compile(
+            checked,
+            LOGITS_ENTRY,
+            &step_signature(&self.checkpoint)?,
+        )?);
         Ok(self)
     }
 

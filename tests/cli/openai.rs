@@ -165,14 +165,8 @@ fn rejects_an_openai_field_the_runner_does_not_implement_naming_it() {
 
 #[test]
 fn a_prompt_over_the_context_refuses_the_whole_job_before_anything_runs() {
-    cached_tokenizer();
     let env = Env::bare_job();
-    runner::model::synthetic::SyntheticSpec {
-        vocab_size: 262_144,
-        ..runner::model::synthetic::SyntheticSpec::tiny()
-    }
-    .write(&env.path("model"), 7)
-    .unwrap();
+    env.write_text_model();
     let mut config: Value = serde_json::from_str(&env.read("model/config.json")).unwrap();
     config["max_position_embeddings"] = 16.into();
     env.write("model/config.json", config.to_string());

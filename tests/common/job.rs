@@ -73,16 +73,21 @@ impl Env {
     /// An approved job whose random-weight model has the Gemma 3 tokenizer's vocabulary
     /// (262144 x 64 bf16 embeddings, ~33 MB), so text prompts run and answers are text.
     pub fn text_job() -> Env {
-        cached_tokenizer();
         let env = Env::bare_job();
+        env.write_text_model();
+        env.approve_both("cert.json", &[]);
+        env
+    }
+
+    /// `model/`: the random-weight model of [`Env::text_job`], not yet approved.
+    pub fn write_text_model(&self) {
+        cached_tokenizer();
         runner::model::synthetic::SyntheticSpec {
             vocab_size: 262_144,
             ..runner::model::synthetic::SyntheticSpec::tiny()
         }
-        .write(&env.path("model"), 7)
+        .write(&self.path("model"), 7)
         .unwrap();
-        env.approve_both("cert.json", &[]);
-        env
     }
 
     /// inputs.jsonl: one `{"id", "tokens"}` line per prompt, ids p0, p1, ...
