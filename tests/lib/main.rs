@@ -9,6 +9,7 @@ mod common {
 }
 
 mod attestation;
+mod canonical_diff;
 mod engine_layers;
 mod gguf;
 mod job_files;
