@@ -876,27 +876,9 @@ fn exec_refuses_an_engine_that_skips_layers_of_the_checkpoint() {
     );
 }
 
-// ---- a run killed mid-way resumes ----
-
-#[test]
-fn a_killed_run_resumes_from_its_journal_with_the_same_outputs() {
-    let env = Env::approved_job();
-    let mut prompts = crate::common::fixture_prompts();
-    let base = prompts.clone();
-    while prompts.len() < 400 {
-        prompts.push(base[prompts.len() % base.len()].clone());
-    }
-    env.write_inputs(&prompts);
-    env.write_job(2, 16, r#"["tokens"]"#);
-    // The reference: the same job, uninterrupted, into another directory.
-    env.write(
-        "whole.toml",
-        job_toml(2, 16, r#"["tokens"]"#).replace("output_dir = \"out\"", "output_dir = \"whole\""),
-    );
-    let mut whole: Vec<&str> = EXEC.to_vec();
-    *whole.last_mut().unwrap() = "whole.toml";
-    env.ok(&whole);
-
+/// Start `exec` and SIGKILL it once its journal holds a few batches; check it left no outputs
+/// and no plaintext in the journal.
+fn kill_once_journaled(env: &Env) {
     let journals = env.path("state/journals");
     let journal_len = || {
         fs::read_dir(&journals)
@@ -934,6 +916,66 @@ fn a_killed_run_resumes_from_its_journal_with_the_same_outputs() {
         !String::from_utf8_lossy(&journal).contains("\"tokens\""),
         "the journal holds no plaintext"
     );
+}
+
+fn four_hundred_prompts(env: &Env) {
+    let mut prompts = crate::common::fixture_prompts();
+    let base = prompts.clone();
+    while prompts.len() < 400 {
+        prompts.push(base[prompts.len() % base.len()].clone());
+    }
+    env.write_inputs(&prompts);
+}
+
+#[test]
+fn a_killed_sampling_run_resumes_with_the_seed_its_first_attempt_drew() {
+    let env = Env::approved_job();
+    four_hundred_prompts(&env);
+    let sampling = "temperature = 1.0\ntop_k = 40\n";
+    env.write("job.toml", job_toml(2, 16, r#"["tokens"]"#) + sampling);
+    kill_once_journaled(&env);
+    let out = env.ok(EXEC);
+    assert!(out.contains("resumed at input "), "{out}");
+    let receipt = env.verify_receipt("cert.json");
+    let facts = &receipt["facts"];
+    assert_eq!(facts["sampling"]["seed_source"], "drawn");
+    assert!(facts["resumed_at"].as_u64().unwrap() > 0);
+    // Run again, uninterrupted, with the seed the receipt records: the same tokens, so the
+    // resumed part drew from the first attempt's seed, not a fresh one.
+    let seed = facts["sampling"]["job_seed"].as_str().unwrap();
+    env.write(
+        "again.toml",
+        job_toml(2, 16, r#"["tokens"]"#).replace("output_dir = \"out\"", "output_dir = \"again\"")
+            + sampling
+            + &format!("seed = {seed}\n"),
+    );
+    let mut again: Vec<&str> = EXEC.to_vec();
+    *again.last_mut().unwrap() = "again.toml";
+    env.ok(&again);
+    assert_eq!(
+        env.read("out/outputs.jsonl"),
+        env.read("again/outputs.jsonl")
+    );
+}
+
+// ---- a run killed mid-way resumes ----
+
+#[test]
+fn a_killed_run_resumes_from_its_journal_with_the_same_outputs() {
+    let env = Env::approved_job();
+    four_hundred_prompts(&env);
+    env.write_job(2, 16, r#"["tokens"]"#);
+    // The reference: the same job, uninterrupted, into another directory.
+    env.write(
+        "whole.toml",
+        job_toml(2, 16, r#"["tokens"]"#).replace("output_dir = \"out\"", "output_dir = \"whole\""),
+    );
+    let mut whole: Vec<&str> = EXEC.to_vec();
+    *whole.last_mut().unwrap() = "whole.toml";
+    env.ok(&whole);
+
+    kill_once_journaled(&env);
+    let journals = env.path("state/journals");
 
     let out = env.ok(EXEC);
     assert!(out.contains("resumed at input "), "{out}");

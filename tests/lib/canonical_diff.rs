@@ -38,8 +38,15 @@ fn any_number() -> impl Strategy<Value = Value> {
             .prop_map(f64::from_bits)
             .prop_filter("finite", |f| f.is_finite())
             .prop_map(|f| Value::Number(Number::from_f64(f).unwrap())),
-        prop_oneof![Just(0.1), Just(1e21), Just(1e-7), Just(-0.0), Just(5e-324), Just(1e300)]
-            .prop_map(|f: f64| Value::Number(Number::from_f64(f).unwrap())),
+        prop_oneof![
+            Just(0.1),
+            Just(1e21),
+            Just(1e-7),
+            Just(-0.0),
+            Just(5e-324),
+            Just(1e300)
+        ]
+        .prop_map(|f: f64| Value::Number(Number::from_f64(f).unwrap())),
     ]
 }
 
