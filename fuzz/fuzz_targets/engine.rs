@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runner::restrict::{check, source_from_bytes};
 use runner::restrict::policy::Policy;
+use runner::restrict::{check, source_from_bytes};
 
 fuzz_target!(|data: &[u8]| {
     let policy = Policy::from_json(
@@ -15,7 +15,9 @@ fuzz_target!(|data: &[u8]| {
         "fuzz",
     )
     .expect("the fuzz policy is valid");
-    let Ok(src) = source_from_bytes(data) else { return };
+    let Ok(src) = source_from_bytes(data) else {
+        return;
+    };
     match check(src, "fuzz.eng", &policy) {
         Ok(checked) => {
             assert!(checked.view().is_ascii());

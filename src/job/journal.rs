@@ -174,6 +174,44 @@ fn read_records(bytes: &[u8], key: &SealKey) -> Vec<(Zeroizing<Vec<u8>>, usize)>
     out
 }
 
+/// What a journal file's bytes hold for a run.
+#[derive(Debug, Default)]
+pub struct Contents {
+    /// The completed inputs of the batch records that open and parse, in order, up to the
+    /// first that does not.
+    pub entries: Vec<Entry>,
+    /// Where those records end: the rest is cut off when the run appends.
+    pub keep: usize,
+    /// The seed the first attempt drew.
+    pub drawn_seed: u64,
+}
+
+/// Read a journal file's `bytes` for `binding`; `None` when its first record is not this
+/// binding's header (another run's journal, another key, or not a journal at all).
+pub fn read_journal(bytes: &[u8], binding: &Binding, key: &SealKey) -> Option<Contents> {
+    let records = read_records(bytes, key);
+    let (first, header_end) = records.first()?;
+    let header: Header = serde_json::from_slice(first).ok()?;
+    if header.binding != *binding {
+        return None;
+    }
+    let seed = hex::decode(&header.drawn_seed).ok()?;
+    let mut contents = Contents {
+        entries: Vec::new(),
+        keep: *header_end,
+        drawn_seed: u64::from_le_bytes(<[u8; 8]>::try_from(seed).ok()?),
+    };
+    // Up to the first record that does not parse: what follows it is dropped.
+    for (r, end) in &records[1..] {
+        match serde_json::from_slice::<Vec<Entry>>(r) {
+            Ok(batch) => contents.entries.extend(batch),
+            Err(_) => break,
+        }
+        contents.keep = *end;
+    }
+    Some(contents)
+}
+
 impl Journal {
     /// Open (or start) the journal for `binding` in `state_dir`, with what it already holds; a
     /// journal started here records `fresh_seed` as the run's drawn seed.
@@ -198,32 +236,19 @@ impl Journal {
         if let Ok(mut f) = File::open(&path) {
             let mut bytes = Vec::new();
             f.read_to_end(&mut bytes).map_err(err)?;
-            let records = read_records(&bytes, key);
-            let header: Option<Header> = records
-                .first()
-                .and_then(|(r, _)| serde_json::from_slice(r).ok());
-            let seed = header
-                .as_ref()
-                .filter(|h| h.binding == *binding)
-                .and_then(|h| hex::decode(&h.drawn_seed).ok())
-                .and_then(|b| <[u8; 8]>::try_from(b).ok());
-            if let Some(seed) = seed {
-                resumed.drawn_seed = u64::from_le_bytes(seed);
-                keep = records[0].1;
-                // Up to the first record that does not parse: what follows it is dropped.
-                for (r, end) in &records[1..] {
-                    match serde_json::from_slice::<Vec<Entry>>(r) {
-                        Ok(batch) => resumed.entries.extend(batch),
-                        Err(_) => break,
-                    }
-                    keep = *end;
+            match read_journal(&bytes, binding, key) {
+                Some(c) => {
+                    keep = c.keep;
+                    resumed.entries = c.entries;
+                    resumed.drawn_seed = c.drawn_seed;
                 }
-            } else {
-                resumed.notice = Some(
-                    "discarded a resume journal that is not this run's (another certificate, \
-                     job, inputs, shard or runner key, or it does not open)"
-                        .into(),
-                );
+                None => {
+                    resumed.notice = Some(
+                        "discarded a resume journal that is not this run's (another \
+                         certificate, job, inputs, shard or runner key, or it does not open)"
+                            .into(),
+                    );
+                }
             }
         }
         let mut file = OpenOptions::new()
