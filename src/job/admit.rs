@@ -941,7 +941,7 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     }
     let (bytes, inputs_ciphertext) =
         read_inputs(job, policy.sealing.inputs, limits.max_inputs, key)?;
-    let inputs = parse_inputs_as(&bytes, &job.inputs, job.inputs_format)?;
+    let mut inputs = parse_inputs_as(&bytes, &job.inputs, job.inputs_format)?;
     // An OpenAI answer is text: the owners must allow text out.
     if inputs.iter().any(|i| i.endpoint.is_some()) && !policy.outputs.contains(&OutputKind::Text) {
         return Err(Refusal::OutputKind {
@@ -1001,7 +1001,7 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     } else {
         None
     };
-    let prompts = encode_prompts(&model, &inputs, tokenizer.as_ref().map(|(t, _)| t))?;
+    let prompts = encode_prompts(&model, &mut inputs, tokenizer.as_ref().map(|(t, _)| t))?;
     let inputs_commitment =
         inputs_commitment(&model.engine.job, &bytes).ok_or(Refusal::NoRandomness)?;
     Ok(AdmittedInputs {
@@ -1018,9 +1018,11 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
 
 /// Every prompt as ids, checked here rather than when its batch runs: a bad id in the last
 /// input must not be found after every earlier batch has run, and the refusal must name it.
+/// Each input's prompt is taken out as it is encoded, so a job's prompts are held once, as ids
+/// (a job of 100,000 inputs would feel holding them twice).
 fn encode_prompts(
     model: &ApprovedModel,
-    inputs: &[Input],
+    inputs: &mut [Input],
     tokenizer: Option<&Tokenizer>,
 ) -> Result<Vec<Vec<u32>>, Refusal> {
     let job = &model.engine.job.spec;
@@ -1030,14 +1032,15 @@ fn encode_prompts(
     let mut prompts = Vec::with_capacity(inputs.len());
     for input in inputs {
         let line = input.line;
-        let encoded = match (&input.prompt, tokenizer) {
-            (Prompt::Tokens(t), _) => Ok(t.clone()),
+        let prompt = std::mem::replace(&mut input.prompt, Prompt::Tokens(Vec::new()));
+        let encoded = match (prompt, tokenizer) {
+            (Prompt::Tokens(t), _) => Ok(t),
             // `/v1/completions` continues its prompt as it is, whatever the job's template.
             (Prompt::Text(text), Some(tok)) if input.endpoint == Some(Endpoint::Completions) => {
-                tok.encode_prompt(text, Template::Raw)
+                tok.encode_prompt(&text, Template::Raw)
             }
-            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(text, job.generation.template),
-            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(turns),
+            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(&text, job.generation.template),
+            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(&turns),
             (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
         };
         let ids = encoded.map_err(|source| match source {

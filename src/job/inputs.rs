@@ -49,7 +49,8 @@ pub enum InputsFormat {
 pub struct Input {
     /// The caller's id (`id`, or `custom_id`), echoed in the output.
     pub id: String,
-    /// The prompt.
+    /// The prompt as read; admission takes it out (leaving empty tokens) once its ids are in
+    /// the admitted job's prompts.
     pub prompt: Prompt,
     /// Its 1-based line in the inputs file (how messages name it).
     pub line: usize,
