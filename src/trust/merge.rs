@@ -284,6 +284,20 @@ fn check_shards(
     Ok(by_index.into_values().collect())
 }
 
+/// Check a set of shard receipts (labels for messages, exact bytes) as [`merge`] does, without
+/// their files: the facts of each shard, in index order, when they form one complete job.
+pub fn check_receipt_set(
+    cert: &Certificate,
+    keys: &[PublicKey],
+    receipts: Vec<(String, Vec<u8>)>,
+) -> Result<Vec<ShardFacts>, MergeError> {
+    let receipts = receipts.into_iter().map(|(l, b)| (l, b, None)).collect();
+    Ok(check_shards(cert, keys, receipts)?
+        .into_iter()
+        .map(|c| c.shard)
+        .collect())
+}
+
 /// The name a shard's file gets in the merged directory.
 fn merged_name(shard: u32, count: u32, name: &str) -> String {
     format!("{}.{name}", shard_dir_name(shard, count))
