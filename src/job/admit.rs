@@ -50,8 +50,7 @@ use crate::primitives::bounded_read::{
     read_bounded, ReadError, MAX_DOCUMENT_BYTES, MAX_TEXT_BYTES, MAX_TOKENIZER_BYTES,
 };
 use crate::primitives::digest::Digest;
-use crate::restrict::policy::OutputKind;
-use crate::restrict::policy::SealRule;
+use crate::restrict::policy::{OutputKind, Policy, SealRule};
 use crate::restrict::{check_bytes, Checked, CompileErrorKind, RestrictError};
 use crate::sealing::{is_age, open as open_sealed, OpenError, SealKey};
 use crate::trust::certificate::{CertError, Certificate, RestrictReport};
@@ -926,17 +925,12 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     }
     for kind in &g.outputs {
         if !policy.outputs.contains(kind) {
-            return Err(Refusal::OutputKind {
-                job: job.path.clone(),
-                key: "generation.outputs",
-                kind: *kind,
-                allowed: policy
-                    .outputs
-                    .iter()
-                    .map(json_name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+            return Err(output_kind_refused(
+                job,
+                "generation.outputs",
+                *kind,
+                policy,
+            ));
         }
     }
     let (bytes, inputs_ciphertext) =
@@ -944,17 +938,7 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
     let mut inputs = parse_inputs_as(&bytes, &job.inputs, job.inputs_format)?;
     // An OpenAI answer is text: the owners must allow text out.
     if inputs.iter().any(|i| i.endpoint.is_some()) && !policy.outputs.contains(&OutputKind::Text) {
-        return Err(Refusal::OutputKind {
-            job: job.path.clone(),
-            key: "inputs",
-            kind: OutputKind::Text,
-            allowed: policy
-                .outputs
-                .iter()
-                .map(json_name)
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
+        return Err(output_kind_refused(job, "inputs", OutputKind::Text, policy));
     }
     if inputs.len() as u64 > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
@@ -1108,8 +1092,10 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         || inputs
             .iter()
             .any(|i| i.options.temperature.unwrap_or(g.temperature) > 0.0);
-    let generator = Generator::new(checked.clone(), "main", Arc::new(checkpoint))?;
-    let generator = if samples {
+    // The verified program is compiled a second time, for its `logits` entry, only to sample.
+    let sampling = samples.then(|| checked.clone());
+    let generator = Generator::new(checked, "main", Arc::new(checkpoint))?;
+    let generator = if let Some(checked) = sampling {
         generator.with_sampling(checked).map_err(|e| match e {
             GenerateError::Compile(c) if is_missing_entry(&c.kind) => Refusal::NoLogitsEntry,
             other => other.into(),
@@ -1168,6 +1154,26 @@ fn is_missing_entry(kind: &CompileErrorKind) -> bool {
         CompileErrorKind::NoEntry { .. } => true,
         CompileErrorKind::Withheld(label) => *label == missing.label(),
         _ => false,
+    }
+}
+
+/// The refusal of output `kind`, asked for by the job's `key`, which `policy` does not allow.
+fn output_kind_refused(
+    job: &JobSpec,
+    key: &'static str,
+    kind: OutputKind,
+    policy: &Policy,
+) -> Refusal {
+    Refusal::OutputKind {
+        job: job.path.clone(),
+        key,
+        kind,
+        allowed: policy
+            .outputs
+            .iter()
+            .map(json_name)
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 

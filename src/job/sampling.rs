@@ -97,15 +97,29 @@ impl Sampler {
         if max == f64::NEG_INFINITY {
             return 0;
         }
-        let weight = |i: u32| libm::exp(scaled[i as usize] - max);
         let order = |a: &u32, b: &u32| {
             scaled[*b as usize]
                 .total_cmp(&scaled[*a as usize])
                 .then(a.cmp(b))
         };
         let n = scaled.len();
+        let top_k = self.top_k > 0 && self.top_k < n;
+        // Each weight is computed once: for the top-k only those few, else every token's once
+        // (a nucleus and the draw read them again).
+        let table: Vec<f64> = if top_k {
+            Vec::new()
+        } else {
+            scaled.iter().map(|&x| libm::exp(x - max)).collect()
+        };
+        let weight = |i: u32| {
+            if top_k {
+                libm::exp(scaled[i as usize] - max)
+            } else {
+                table[i as usize]
+            }
+        };
         let mut all: Vec<u32> = (0..n as u32).collect();
-        let candidates: Vec<u32> = if self.top_k > 0 && self.top_k < n {
+        let candidates: Vec<u32> = if top_k {
             all.select_nth_unstable_by(self.top_k - 1, order);
             all.truncate(self.top_k);
             all.sort_unstable_by(order);
@@ -128,12 +142,11 @@ impl Sampler {
 
     /// Draw among `candidates` in their order, each with its weight.
     fn walk(&self, candidates: &[u32], weight: &dyn Fn(u32) -> f64, step: u64) -> u32 {
-        let weights: Vec<f64> = candidates.iter().map(|&i| weight(i)).collect();
-        let total: f64 = weights.iter().sum();
+        let total: f64 = candidates.iter().map(|&i| weight(i)).sum();
         let target = self.uniform(step) * total;
         let mut acc = 0.0;
-        for (&i, &w) in candidates.iter().zip(&weights) {
-            acc += w;
+        for &i in candidates {
+            acc += weight(i);
             if acc > target {
                 return i;
             }
@@ -141,10 +154,9 @@ impl Sampler {
         // Rounding left the target at the very top: the last token with any weight.
         candidates
             .iter()
-            .zip(&weights)
             .rev()
-            .find(|(_, &w)| w > 0.0)
-            .map_or(candidates[0], |(&i, _)| i)
+            .find(|&&i| weight(i) > 0.0)
+            .map_or(candidates[0], |&i| i)
     }
 }
 
