@@ -44,6 +44,11 @@ pub fn embed(ids: &[u32], w: &Weight, scale: f32) -> Result<Tensor, KernelError>
                 }
             }
         });
+        if w.has_screen() {
+            // A tied output head read through its screen: the table's pages are not wanted
+            // resident (each row read mapped 64 KiB of the file around it).
+            w.release(0..w.numel());
+        }
     }
     Tensor::new(shape.clone(), out).map_err(|_| KernelError::TooLarge { op: "embed", shape })
 }

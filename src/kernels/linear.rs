@@ -16,6 +16,8 @@
 //! 24 or more rows take the panel kernel (`linear/panel.rs`), an outer product per lane.
 #![allow(unsafe_code)]
 
+use std::ops::Range;
+
 use super::error::KernelError;
 use super::parallel::{self, ColumnsMut};
 use super::quant;
@@ -74,6 +76,16 @@ const SCREEN_MIN_ROWS: usize = 16384;
 /// The screen is given up for a call when more than this fraction (1 / it) of the rows are
 /// candidates: scoring them one by one would cost more than the full pass.
 const SCREEN_MAX_SHARE: usize = 64;
+/// The same for one x row of several: the full pass it falls back to is then a row of a
+/// matrix product, which costs more per row than a pass of its own does at batch 1.
+const SCREEN_MAX_SHARE_MANY: usize = 16;
+/// Weight rows the screened path's full pass scores between two hand-backs of their pages.
+const SCREEN_FULL_SPAN: usize = 16384;
+/// Candidate rows scored between two hand-backs of the weight's pages.
+const SCREEN_RELEASE_EVERY: usize = 256;
+/// Candidates of one x row of several above which they are narrowed by the single-row bound
+/// (f32 x) before being scored.
+const SCREEN_REFINE_FROM: usize = 32;
 
 /// `x [..., in] × w [out, in]ᵀ -> [..., out]` on the best instruction set of this CPU.
 pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor, KernelError> {
@@ -376,13 +388,37 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
         dtype: w.dtype(),
     };
     let x = x.data();
-    if takes_screen(m, n) {
-        if let Some(id) = screened_argmax(cpu, x, w.screen(), &src) {
-            return Ok(vec![id]);
+    if takes_screen(n) {
+        if m == 1 {
+            if let Some(id) = screened_argmax(cpu, x, w.screen(), &src) {
+                return Ok(vec![id]);
+            }
+        } else {
+            return Ok(screened_argmax_many(cpu, x, m, w, &src));
         }
     }
-    let lhs = Lhs::new(cpu, x, m, k);
-    let parts = parallel::map_ranges(n, min_task_cols(m, k), ALIGN, per_thread(m), |cols| {
+    Ok(argmax_all(cpu, x, m, k, n, &src))
+}
+
+/// [`linear_argmax`] of `m` x rows by scoring every weight row.
+fn argmax_all(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, src: &WeightRows<'_>) -> Vec<u32> {
+    let best = argmax_cols(cpu, &Lhs::new(cpu, x, m, k), m, k, 0..n, src);
+    // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
+    best.into_iter().map(|b| b.index as u32).collect()
+}
+
+/// Each of the `m` x rows' best among the weight rows `cols`.
+fn argmax_cols(
+    cpu: Cpu,
+    lhs: &Lhs<'_>,
+    m: usize,
+    k: usize,
+    cols: Range<usize>,
+    src: &WeightRows<'_>,
+) -> Vec<Best> {
+    let base = cols.start;
+    let parts = parallel::map_ranges(cols.len(), min_task_cols(m, k), ALIGN, per_thread(m), |c| {
+        let cols = base + c.start..base + c.end;
         let mut best = vec![Best::NONE; m];
         let mut scratch = vec![0.0f32; m * ARGMAX_CHUNK.min(cols.len())];
         let mut c0 = cols.start;
@@ -391,10 +427,10 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             let buf = &mut scratch[..m * chunk.len()];
             columns_on(
                 cpu,
-                &lhs,
+                lhs,
                 m,
                 k,
-                &src,
+                src,
                 &mut ColumnsMut::window(buf, chunk.clone()),
             );
             for (b, row) in best.iter_mut().zip(buf.chunks_exact(chunk.len())) {
@@ -411,8 +447,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             *b = b.then(p);
         }
     }
-    // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
-    Ok(best.into_iter().map(|b| b.index as u32).collect())
+    best
 }
 
 /// Bytes of weight data one [`linear_argmax`] call of a single x row reads through `w`'s
@@ -420,14 +455,14 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
 /// width are not counted), or `None` if such a call reads every row of `w` at full width.
 pub fn argmax_screen_bytes(w: &Weight) -> Option<u64> {
     match *w.shape() {
-        [n, k] if takes_screen(1, n) => Some((n * k + n * Screen::ROW_BYTES) as u64),
+        [n, k] if takes_screen(n) => Some((n * k + n * Screen::ROW_BYTES) as u64),
         _ => None,
     }
 }
 
-/// Whether [`linear_argmax`] of `m` x rows over `n` weight rows goes through the screen.
-fn takes_screen(m: usize, n: usize) -> bool {
-    m == 1 && n >= SCREEN_MIN_ROWS
+/// Whether [`linear_argmax`] over `n` weight rows goes through the screen.
+fn takes_screen(n: usize) -> bool {
+    n >= SCREEN_MIN_ROWS
 }
 
 /// `linear_argmax` of one x row through `screen` (of the weight `w` holds): the candidate rows,
@@ -438,11 +473,86 @@ fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> 
     if rows.len() > screen.rows() / SCREEN_MAX_SHARE {
         return None;
     }
+    let best = best_among(cpu, x, &rows, w);
+    // A screen of a weight with rows keeps at least one (the one with the best lower bound).
+    (!best.empty).then_some(best.index as u32)
+}
+
+/// `linear_argmax` of `m` x rows through `screen`: each row's candidates scored exactly, the
+/// rows the screen leaves out (an x it cannot bound, or too many candidates) scored against
+/// every weight row, together. Every output is the same dot product in either case, so the ids
+/// are those of the full pass.
+fn screened_argmax_many(
+    cpu: Cpu,
+    x: &[f32],
+    m: usize,
+    weight: &Weight,
+    w: &WeightRows<'_>,
+) -> Vec<u32> {
+    let k = x.len() / m;
+    let screen = weight.screen();
+    let lists = screen.candidates_many(cpu.isa(), x, m);
+    let limit = screen.rows() / SCREEN_MAX_SHARE_MANY;
+    let parts = parallel::map_ranges(m, 1, 1, 1, |rows| {
+        rows.map(|i| {
+            let xr = &x[i * k..(i + 1) * k];
+            let rows = lists[i].as_ref()?;
+            let rows = if rows.len() <= SCREEN_REFINE_FROM {
+                rows.clone()
+            } else {
+                // Narrowing a row by the f32 bound costs a fraction of scoring it exactly.
+                screen.refine(cpu.isa(), xr, rows)?
+            };
+            if rows.len() > limit {
+                return None;
+            }
+            // Each row read pages in its neighbours too (the kernel maps 64 KiB around a fault
+            // in a file): handed back every few hundred rows, a batch's candidates never add up
+            // to a second copy of the weight next to the screen.
+            let mut best = Best::NONE;
+            for chunk in rows.chunks(SCREEN_RELEASE_EVERY) {
+                best = best.then(best_among(cpu, xr, chunk, w));
+                weight.release(0..weight.numel());
+            }
+            (!best.empty).then_some(best.index as u32)
+        })
+        .collect::<Vec<_>>()
+    });
+    let mut ids: Vec<Option<u32>> = parts.into_iter().flat_map(|(_, p)| p).collect();
+    let rest: Vec<usize> = (0..m).filter(|&i| ids[i].is_none()).collect();
+    if !rest.is_empty() {
+        let xs: Vec<f32> = rest
+            .iter()
+            .flat_map(|&i| &x[i * k..(i + 1) * k])
+            .copied()
+            .collect();
+        let lhs = Lhs::new(cpu, &xs, rest.len(), k);
+        let mut best = vec![Best::NONE; rest.len()];
+        let n = screen.rows();
+        // A span at a time, handed back after it: the full pass never holds the whole weight
+        // next to its screen.
+        for start in (0..n).step_by(SCREEN_FULL_SPAN) {
+            let span = start..(start + SCREEN_FULL_SPAN).min(n);
+            let part = argmax_cols(cpu, &lhs, rest.len(), k, span, w);
+            for (b, p) in best.iter_mut().zip(part) {
+                *b = b.then(p);
+            }
+            weight.release(0..weight.numel());
+        }
+        for (&i, b) in rest.iter().zip(best) {
+            ids[i] = Some(b.index as u32);
+        }
+    }
+    ids.into_iter().map(|id| id.unwrap_or(0)).collect()
+}
+
+/// The best of `rows` (increasing) for one x row, each scored by the kernel every column uses.
+fn best_among(cpu: Cpu, x: &[f32], rows: &[usize], w: &WeightRows<'_>) -> Best {
     let k = x.len();
     let lhs = Lhs { x, permuted: None };
     let mut best = Best::NONE;
     let mut score = [0.0f32];
-    for j in rows {
+    for &j in rows {
         columns_on(
             cpu,
             &lhs,
@@ -453,8 +563,7 @@ fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> 
         );
         best = best.then(Best::at(j, score[0]));
     }
-    // A screen of a weight with rows keeps at least one (the one with the best lower bound).
-    (!best.empty).then_some(best.index as u32)
+    best
 }
 
 /// The best column of a row so far, by [`argmax`](super::argmax)'s rule.

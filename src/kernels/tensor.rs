@@ -213,6 +213,11 @@ impl Weight {
         let end = self.range.start + elems.end.div_ceil(per) * size;
         self.backing.release(start..end.min(self.range.end));
     }
+    /// Whether this weight's argmax screen has been built (it is then read at full width only
+    /// a few rows at a time).
+    pub(crate) fn has_screen(&self) -> bool {
+        self.screen.get().is_some()
+    }
     /// The argmax screen of this `[n, k]` weight, built on first call.
     pub(crate) fn screen(&self) -> &Screen {
         self.screen.get_or_init(|| Screen::build(self))

@@ -356,6 +356,69 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The batched screen (x rounded to 8-bit integers) keeps, for every x row of a batch, every
+    /// row that can be its argmax, on both kernel paths and for any batch size (the integer
+    /// tile's remainders included).
+    #[test]
+    fn batched_screen_candidates_keep_the_argmax_of_linear(
+        k in 1usize..100,
+        n in 1usize..300,
+        m in 2usize..11,
+        dt in 0usize..3,
+        mode in 0usize..4,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let mut x = tensor(&[m, k], &mut rng, 2.0);
+        // Rows the bound must decline: all zero, and one holding a NaN.
+        x.data_mut()[..k].fill(0.0);
+        if m > 2 {
+            x.data_mut()[k] = f32::NAN;
+        }
+        let w = Weight::from_values(DTYPES[dt], vec![n, k], &screen_rows(mode, n, k, &mut rng))
+            .expect("shape");
+        let y = linear(&x, &w).expect("valid");
+        let screen = Screen::build(&w);
+        for isa in [Isa::Portable, simd::isa()] {
+            let lists = screen.candidates_many(isa, x.data(), m);
+            prop_assert_eq!(lists.len(), m);
+            prop_assert!(lists[0].is_none(), "an all-zero x row is declined");
+            if m > 2 {
+                prop_assert!(lists[1].is_none(), "an x row with a NaN is declined");
+            }
+            for (i, rows) in lists.iter().enumerate() {
+                let Some(rows) = rows else { continue };
+                let scores = &y.data()[i * n..(i + 1) * n];
+                let want = argmax_among(scores, &(0..n).collect::<Vec<_>>());
+                prop_assert!(rows.windows(2).all(|p| p[0] < p[1]), "increasing");
+                prop_assert_eq!(argmax_among(scores, rows), want, "row {} {:?}", i, isa);
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_screen_narrows_a_random_head_to_a_few_rows() {
+    let (n, k, m) = (8192, 640, 9);
+    let mut rng = Rng::new(5);
+    let w = weight(DType::BF16, &[n, k], &mut rng, 1.0);
+    let screen = Screen::build(&w);
+    let x = tensor(&[m, k], &mut rng, 2.0);
+    for isa in [Isa::Portable, simd::isa()] {
+        for rows in screen.candidates_many(isa, x.data(), m) {
+            let rows = rows.expect("finite x");
+            assert!(
+                !rows.is_empty() && rows.len() <= 64,
+                "{} candidates",
+                rows.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn screen_narrows_a_random_head_to_a_few_rows() {
     let (n, k) = (8192, 64);
@@ -384,6 +447,31 @@ fn screen_declines_inputs_its_bound_does_not_cover() {
         [1e36, 1e36],
     ] {
         assert_eq!(screen.candidates(Isa::Portable, &x), None, "{x:?}");
+    }
+}
+
+#[test]
+fn linear_argmax_of_a_batch_through_the_screen_equals_argmax_of_linear() {
+    // Large enough for the screened path; a batch with rows the screen declines (zero, NaN,
+    // infinite) next to ordinary ones, and sizes off the integer tile's multiples.
+    let (n, k) = (20_000, 72);
+    let mut rng = Rng::new(12);
+    let w = weight(DType::BF16, &[n, k], &mut rng, 1.0);
+    for m in [2, 5, 8, 13] {
+        let mut x = tensor(&[m, k], &mut rng, 2.0);
+        x.data_mut()[..k].fill(0.0);
+        x.data_mut()[k + 3] = f32::NAN;
+        if m > 2 {
+            x.data_mut()[2 * k] = f32::INFINITY;
+        }
+        let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
+        for t in [1, 2, 3] {
+            let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
+            assert_eq!(got, want, "batch {m}, {t} threads");
+        }
+        let portable =
+            simd::with_instruction_set(Isa::Portable, || linear_argmax(&x, &w)).expect("valid");
+        assert_eq!(portable, want, "batch {m}, portable");
     }
 }
 

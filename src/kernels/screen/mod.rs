@@ -1,4 +1,4 @@
-//! Exact `argmax(x · wᵀ)` for one row of x, reading an 8-bit copy of `w` instead of all of it.
+//! Exact `argmax(x · wᵀ)` for rows of x, reading an 8-bit copy of `w` instead of all of it.
 //!
 //! At batch 1 a decode step is bound by the bytes it reads, and Gemma 3's output head (262144
 //! rows) is most of them: 63 % of the 270m model. A [`Screen`] is a copy of such a weight with
@@ -23,6 +23,10 @@
 //! `X γ (127 s + M) + 2 n 2⁻¹⁴⁹`, computed in f64 and rounded up. Rows holding a NaN or an
 //! infinity are always scored exactly. An `x` that is not finite, is all zero, or is large
 //! enough to overflow a sum skips the screen.
+//!
+//! Several x rows ([`Screen::candidates_many`]) are bound by arithmetic rather than bytes, so x
+//! is rounded to integers as well and scored in exact integer arithmetic ([`int8`]); the bound
+//! gains x's own rounding, `‖e_x‖₂ · ‖q‖₂ s`, and each row's interval comes from [`scan`].
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -30,6 +34,9 @@ use std::sync::Mutex;
 
 use super::parallel;
 use super::simd::{self, Cpu, Isa, LANES};
+
+mod int8;
+mod scan;
 
 /// What a screen is built from: a `[rows, k]` matrix whose rows read as f32 and whose bytes
 /// can be handed back to the system once read ([`Weight`](super::Weight) is the one source).
@@ -104,37 +111,70 @@ impl Storage {
     }
 }
 
-/// One block's per-row scales and bound factors.
+/// One block's per-row scales and bound factors, a vector per factor (the batched screen
+/// computes every row's interval in one pass over them).
 struct Block {
     scale: Vec<f32>,
-    /// Per row, the bound's factors: `max |e_i|`, `‖e‖₂` and the rounding term, each to be
-    /// multiplied by a norm of x; `+inf` for a row with a non-finite value.
-    slack: Vec<Slack>,
-}
-
-#[derive(Clone, Copy)]
-struct Slack {
-    max_err: f64,
-    l2_err: f64,
-    rounding: f64,
+    /// The bound's factors per row, each to be multiplied by a norm of x: `max |e_i|`, `‖e‖₂`,
+    /// the rounding term, and `‖q‖₂ · scale` (what x's own rounding can move a batched score
+    /// by, per unit of its error's norm), all rounded up; `+inf` for a row with a non-finite
+    /// value, which is then always kept.
+    max_err: Vec<f64>,
+    l2_err: Vec<f64>,
+    rounding: Vec<f64>,
+    row_l2: Vec<f64>,
 }
 
 impl Block {
+    fn factors(&self) -> scan::Factors<'_> {
+        scan::Factors {
+            scale: &self.scale,
+            max_err: &self.max_err,
+            l2_err: &self.l2_err,
+            rounding: &self.rounding,
+            row_l2: &self.row_l2,
+        }
+    }
+
+    fn with_capacity(rows: usize) -> Block {
+        Block {
+            scale: Vec::with_capacity(rows),
+            max_err: Vec::with_capacity(rows),
+            l2_err: Vec::with_capacity(rows),
+            rounding: Vec::with_capacity(rows),
+            row_l2: Vec::with_capacity(rows),
+        }
+    }
+
     /// A block whose rows are all scored exactly.
     fn wild(rows: usize) -> Block {
-        Block {
-            scale: vec![0.0; rows],
-            slack: vec![Slack::WILD; rows],
+        let mut block = Block::with_capacity(rows);
+        for _ in 0..rows {
+            block.push_wild();
+        }
+        block
+    }
+
+    fn push_wild(&mut self) {
+        self.scale.push(0.0);
+        for v in [
+            &mut self.max_err,
+            &mut self.l2_err,
+            &mut self.rounding,
+            &mut self.row_l2,
+        ] {
+            v.push(f64::INFINITY);
         }
     }
 }
 
-impl Slack {
-    const WILD: Slack = Slack {
-        max_err: f64::INFINITY,
-        l2_err: f64::INFINITY,
-        rounding: f64::INFINITY,
-    };
+/// What the bound needs of one x row: `Σ |x_i|` and `‖x‖₂` (rounded up), and for the batched
+/// screen its integer scale and the norm of its rounding error.
+struct XRow {
+    abs: f64,
+    l2: f64,
+    scale: f32,
+    err_l2: f64,
 }
 
 /// `γ` for dot products of length `k`, with room for the lane reduction's extra additions.
@@ -145,7 +185,7 @@ fn gamma(k: usize) -> f64 {
 
 impl Screen {
     /// Bytes per row besides the quantised values: its scale and bound factors.
-    pub(crate) const ROW_BYTES: usize = std::mem::size_of::<f32>() + std::mem::size_of::<Slack>();
+    pub(crate) const ROW_BYTES: usize = std::mem::size_of::<f32>() + 4 * std::mem::size_of::<f64>();
 
     /// Quantise `w` (`[n, k]`), a block of rows per task. After each block is read, its bytes
     /// are handed back to the operating system ([`ScreenSource::release`]): from then on only
@@ -198,40 +238,21 @@ impl Screen {
     /// `isa` is limited to what this CPU has (see [`simd::limit`]).
     pub(crate) fn candidates(&self, isa: Isa, x: &[f32]) -> Option<Vec<usize>> {
         let cpu = simd::limit(isa);
-        if x.len() != self.k || x.iter().any(|v| !v.is_finite()) {
+        if x.len() != self.k {
             return None;
         }
-        // Rounded up: every later use is as an upper bound.
-        let x_abs = x.iter().map(|v| f64::from(v.abs())).sum::<f64>() * (1.0 + ROUND_UP);
-        let x_l2 = x
-            .iter()
-            .map(|&v| f64::from(v) * f64::from(v))
-            .sum::<f64>()
-            .sqrt()
-            * (1.0 + ROUND_UP);
-        if x_abs == 0.0 || x_abs * self.max_abs.max(1.0) >= OVERFLOW_GUARD {
-            return None;
-        }
-        let tiny = 2.0 * (self.k + 2 * LANES) as f64 * f64::powi(2.0, -149);
+        let (x_abs, x_l2) = self.x_norms(x)?;
+        let tiny = self.tiny();
         let parts = parallel::map_ranges(self.blocks.len(), 1, 1, 1, |blocks| {
             let mut floor = f64::NEG_INFINITY;
             let mut kept: Vec<(usize, f64)> = Vec::new();
-            for b in blocks {
-                let block = &self.blocks[b];
-                let values = self.q.bytes().chunks(self.k.max(1)).skip(b * BLOCK_ROWS);
-                for (r, ((&s, &slack), q)) in
-                    block.scale.iter().zip(&block.slack).zip(values).enumerate()
-                {
-                    let centre = f64::from(dot_i8(cpu, x, q)) * f64::from(s);
-                    let quantised = (x_abs * slack.max_err).min(x_l2 * slack.l2_err);
-                    let radius = (quantised + x_abs * slack.rounding + tiny) * (1.0 + 1e-9);
-                    let (low, high) = (centre - radius, centre + radius);
-                    // A row below a lower bound already seen stays below the final one.
-                    if high >= floor {
-                        kept.push((b * BLOCK_ROWS + r, high));
-                    }
-                    floor = floor.max(low);
+            for row in blocks.start * BLOCK_ROWS..(blocks.end * BLOCK_ROWS).min(self.rows) {
+                let (low, high) = self.interval(cpu, x, (x_abs, x_l2), tiny, row);
+                // A row below a lower bound already seen stays below the final one.
+                if high >= floor {
+                    kept.push((row, high));
                 }
+                floor = floor.max(low);
             }
             (floor, kept)
         });
@@ -248,9 +269,185 @@ impl Screen {
         )
     }
 
+    /// For each row of `x` (`[m, k]`), rows that may hold the argmax of its scores, in
+    /// increasing order, or `None` where the bound does not cover that row. Each x row is
+    /// rounded to integers (8-bit, and 16-bit on the batch's outlier channels) and scored
+    /// against the 8-bit rows exactly in integers ([`int8`]), so the bound has one more term
+    /// than [`candidates`](Self::candidates)' (x's own rounding) and may keep a few more rows;
+    /// it holds for any batch and any choice of outlier channels.
+    pub(crate) fn candidates_many(&self, isa: Isa, x: &[f32], m: usize) -> Vec<Option<Vec<usize>>> {
+        let cpu = simd::limit(isa);
+        let k = self.k;
+        if k == 0 || k > int8::MAX_K || x.len() != m * k || u32::try_from(self.rows).is_err() {
+            return (0..m).map(|_| None).collect();
+        }
+        let m_pad = m.next_multiple_of(int8::TILE_X);
+        // Padding rows (and rows the bound does not cover) hold x = 0: their scores are
+        // computed and never looked at.
+        let mut u = int8::XBytes {
+            q: vec![0; m_pad * k],
+            mag: vec![0; m_pad * k],
+            wide: vec![0; m_pad * int8::WIDE],
+            channels: Vec::new(),
+        };
+        let norms: Vec<Option<(f64, f64)>> = x.chunks_exact(k).map(|r| self.x_norms(r)).collect();
+        let covered: Vec<bool> = norms.iter().map(Option::is_some).collect();
+        u.channels = int8::outlier_channels(x, k, &covered);
+        let channels = &u.channels;
+        let rows = u.q.chunks_exact_mut(k).zip(u.mag.chunks_exact_mut(k));
+        let xs: Vec<Option<XRow>> = x
+            .chunks_exact(k)
+            .zip(norms)
+            .zip(rows.zip(u.wide.chunks_exact_mut(int8::WIDE)))
+            .map(|((xr, norms), ((qr, mr), wr))| {
+                let (abs, l2) = norms?;
+                let rounded = int8::round_row(xr, channels, qr, mr, wr);
+                Some(XRow {
+                    abs,
+                    l2,
+                    scale: rounded.scale,
+                    err_l2: rounded.err_l2,
+                })
+            })
+            .collect();
+        if xs.iter().all(Option::is_none) {
+            return (0..m).map(|_| None).collect();
+        }
+        let tiny = self.tiny();
+        let parts = parallel::map_ranges(self.blocks.len(), 1, 1, 1, |blocks| {
+            let mut dots = vec![0i32; m_pad * BLOCK_ROWS];
+            let mut found: Vec<Found> = (0..m).map(|_| Found::default()).collect();
+            for b in blocks {
+                let block = &self.blocks[b];
+                let (start, n) = (b * BLOCK_ROWS, block.scale.len());
+                let q = &self.q.bytes()[start * k..(start + n) * k];
+                int8::dots(cpu, &u, m_pad, q, n, k, &mut dots[..m_pad * n]);
+                let factors = block.factors();
+                for (i, (xr, f)) in xs.iter().zip(&mut found).enumerate() {
+                    let Some(xr) = xr else { continue };
+                    let x = scan::XFactors {
+                        abs: xr.abs,
+                        l2: xr.l2,
+                        err_l2: xr.err_l2,
+                        scale: f64::from(xr.scale),
+                        tiny,
+                    };
+                    let d = &dots[i * n..(i + 1) * n];
+                    let best = scan::scan(cpu, d, &factors, x, f.floor, start, &mut f.kept);
+                    // A row below a lower bound already seen stays below the final one.
+                    if best > f.floor {
+                        f.floor = best;
+                        let floor = f.floor;
+                        f.kept.retain(|&(_, h)| f64::from(h) >= floor);
+                    }
+                }
+            }
+            found
+        });
+        (0..m)
+            .map(|i| {
+                xs[i].as_ref()?;
+                let floor = parts
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |f, (_, p)| f.max(p[i].floor));
+                Some(
+                    parts
+                        .iter()
+                        .flat_map(|(_, p)| &p[i].kept)
+                        .filter(|&&(_, high)| f64::from(high) >= floor)
+                        .map(|&(j, _)| j as usize)
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// The rows among `rows` (increasing) that may hold the argmax of `x · wᵀ` over `rows`, by
+    /// [`candidates`](Self::candidates)' bound (f32 x, no rounding of its own): what narrows a
+    /// batched screen's candidates for an x row they are too many for. `None` as there.
+    pub(crate) fn refine(&self, isa: Isa, x: &[f32], rows: &[usize]) -> Option<Vec<usize>> {
+        let cpu = simd::limit(isa);
+        if x.len() != self.k || rows.iter().any(|&r| r >= self.rows) {
+            return None;
+        }
+        let norms = self.x_norms(x)?;
+        let tiny = self.tiny();
+        let bounds: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|&r| self.interval(cpu, x, norms, tiny, r))
+            .collect();
+        let floor = bounds.iter().fold(f64::NEG_INFINITY, |m, b| m.max(b.0));
+        Some(
+            rows.iter()
+                .zip(bounds)
+                .filter(|&(_, (_, high))| high >= floor)
+                .map(|(&r, _)| r)
+                .collect(),
+        )
+    }
+
+    /// Row `row`'s interval for an f32 x with norms `(Σ |x_i|, ‖x‖₂)`.
+    fn interval(
+        &self,
+        cpu: Cpu,
+        x: &[f32],
+        (x_abs, x_l2): (f64, f64),
+        tiny: f64,
+        row: usize,
+    ) -> (f64, f64) {
+        let block = &self.blocks[row / BLOCK_ROWS];
+        let r = row % BLOCK_ROWS;
+        let q = &self.q.bytes()[row * self.k..(row + 1) * self.k];
+        let centre = f64::from(dot_i8(cpu, x, q)) * f64::from(block.scale[r]);
+        let quantised = (x_abs * block.max_err[r]).min(x_l2 * block.l2_err[r]);
+        let radius = (quantised + x_abs * block.rounding[r] + tiny) * (1.0 + 1e-9);
+        (centre - radius, centre + radius)
+    }
+
+    /// `(Σ |x_i|, ‖x‖₂)`, rounded up (every later use is as an upper bound), or `None` for an
+    /// x the bound does not cover: not finite, all zero, or large enough to overflow a sum.
+    fn x_norms(&self, x: &[f32]) -> Option<(f64, f64)> {
+        if x.iter().any(|v| !v.is_finite()) {
+            return None;
+        }
+        let x_abs = x.iter().map(|v| f64::from(v.abs())).sum::<f64>() * (1.0 + ROUND_UP);
+        let x_l2 = x
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum::<f64>()
+            .sqrt()
+            * (1.0 + ROUND_UP);
+        if x_abs == 0.0 || x_abs * self.max_abs.max(1.0) >= OVERFLOW_GUARD {
+            return None;
+        }
+        Some((x_abs, x_l2))
+    }
+
+    /// The subnormal half-ulps a dot product of length `k` can lose when products underflow.
+    fn tiny(&self) -> f64 {
+        2.0 * (self.k + 2 * LANES) as f64 * f64::powi(2.0, -149)
+    }
+
     /// Rows in the screened weight.
     pub(crate) fn rows(&self) -> usize {
         self.rows
+    }
+}
+
+/// One x row's progress through a task's blocks of the batched screen.
+struct Found {
+    /// The best lower bound seen.
+    floor: f64,
+    /// `(row, upper bound)` of every row that reaches `floor`, in increasing order.
+    kept: Vec<(u32, f32)>,
+}
+
+impl Default for Found {
+    fn default() -> Found {
+        Found {
+            floor: f64::NEG_INFINITY,
+            kept: Vec::new(),
+        }
     }
 }
 
@@ -263,10 +460,7 @@ fn quantise_block(
     values: &mut [u8],
 ) -> Block {
     let k = row.len();
-    let mut block = Block {
-        scale: Vec::with_capacity(range.len()),
-        slack: Vec::with_capacity(range.len()),
-    };
+    let mut block = Block::with_capacity(range.len());
     let cpu = simd::cpu();
     for (r, q) in range.zip(values.chunks_exact_mut(k)) {
         w.read_f32(r * k, row);
@@ -275,18 +469,22 @@ fn quantise_block(
             max,
             max_err,
             sq_err,
+            sq_sum,
         }) = quantise_row(cpu, row, q)
         else {
-            block.scale.push(0.0);
-            block.slack.push(Slack::WILD);
+            block.push_wild();
+            q.fill(0);
             continue;
         };
         block.scale.push(scale);
-        block.slack.push(Slack {
-            max_err: max_err * (1.0 + ROUND_UP),
-            l2_err: sq_err.sqrt() * (1.0 + ROUND_UP),
-            rounding: g * (f64::from(QMAX) * f64::from(scale) + f64::from(max)),
-        });
+        block.max_err.push(max_err * (1.0 + ROUND_UP));
+        block.l2_err.push(sq_err.sqrt() * (1.0 + ROUND_UP));
+        block
+            .rounding
+            .push(g * (f64::from(QMAX) * f64::from(scale) + f64::from(max)));
+        block
+            .row_l2
+            .push(sq_sum.sqrt() * f64::from(scale) * (1.0 + ROUND_UP));
     }
     block
 }
@@ -300,6 +498,8 @@ struct Quantised {
     max_err: f64,
     /// `Σ e_i²`.
     sq_err: f64,
+    /// `Σ q_i²`.
+    sq_sum: f64,
 }
 
 /// Round `row` to `q · scale`; `None` (and `q` untouched) if it holds a NaN or an infinity.
@@ -327,12 +527,14 @@ fn quantise_row_in(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
     let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let scale = max / QMAX;
     let (mut max_err, mut sq_err) = (0.0f64, 0.0f64);
+    let mut sq_sum = 0.0f64;
     if scale > 0.0 {
         // Any rounding will do: the errors below are measured, not assumed.
         let inv = QMAX / max;
         for (qi, &v) in q.iter_mut().zip(row) {
             let level = (v * inv).round_ties_even().clamp(-QMAX, QMAX);
             *qi = level as i8 as u8;
+            sq_sum += f64::from(level) * f64::from(level);
             // Exact in f64: an 8-bit integer times an f32, subtracted from a nearby f32.
             let e = f64::from(v) - f64::from(level) * f64::from(scale);
             max_err = max_err.max(e.abs());
@@ -344,6 +546,7 @@ fn quantise_row_in(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
         max,
         max_err,
         sq_err,
+        sq_sum,
     })
 }
 
