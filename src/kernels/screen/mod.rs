@@ -118,11 +118,11 @@ struct Block {
     /// The bound's factors per row, each to be multiplied by a norm of x: `max |e_i|`, `‖e‖₂`,
     /// the rounding term, and `‖q‖₂ · scale` (what x's own rounding can move a batched score
     /// by, per unit of its error's norm), all rounded up; `+inf` for a row with a non-finite
-    /// value, which is then always kept.
-    max_err: Vec<f64>,
-    l2_err: Vec<f64>,
-    rounding: Vec<f64>,
-    row_l2: Vec<f64>,
+    /// value, which is then always kept. Stored as f32 rounded up ([`up`]), used in f64.
+    max_err: Vec<f32>,
+    l2_err: Vec<f32>,
+    rounding: Vec<f32>,
+    row_l2: Vec<f32>,
 }
 
 impl Block {
@@ -163,7 +163,7 @@ impl Block {
             &mut self.rounding,
             &mut self.row_l2,
         ] {
-            v.push(f64::INFINITY);
+            v.push(f32::INFINITY);
         }
     }
 }
@@ -185,7 +185,7 @@ fn gamma(k: usize) -> f64 {
 
 impl Screen {
     /// Bytes per row besides the quantised values: its scale and bound factors.
-    pub(crate) const ROW_BYTES: usize = std::mem::size_of::<f32>() + 4 * std::mem::size_of::<f64>();
+    pub(crate) const ROW_BYTES: usize = 5 * std::mem::size_of::<f32>();
 
     /// Quantise `w` (`[n, k]`), a block of rows per task. After each block is read, its bytes
     /// are handed back to the operating system ([`ScreenSource::release`]): from then on only
@@ -399,8 +399,9 @@ impl Screen {
         let r = row % BLOCK_ROWS;
         let q = &self.q.bytes()[row * self.k..(row + 1) * self.k];
         let centre = f64::from(dot_i8(cpu, x, q)) * f64::from(block.scale[r]);
-        let quantised = (x_abs * block.max_err[r]).min(x_l2 * block.l2_err[r]);
-        let radius = (quantised + x_abs * block.rounding[r] + tiny) * (1.0 + 1e-9);
+        let quantised =
+            (x_abs * f64::from(block.max_err[r])).min(x_l2 * f64::from(block.l2_err[r]));
+        let radius = (quantised + x_abs * f64::from(block.rounding[r]) + tiny) * (1.0 + 1e-9);
         (centre - radius, centre + radius)
     }
 
@@ -477,16 +478,25 @@ fn quantise_block(
             continue;
         };
         block.scale.push(scale);
-        block.max_err.push(max_err * (1.0 + ROUND_UP));
-        block.l2_err.push(sq_err.sqrt() * (1.0 + ROUND_UP));
-        block
-            .rounding
-            .push(g * (f64::from(QMAX) * f64::from(scale) + f64::from(max)));
-        block
-            .row_l2
-            .push(sq_sum.sqrt() * f64::from(scale) * (1.0 + ROUND_UP));
+        block.max_err.push(up(max_err * (1.0 + ROUND_UP)));
+        block.l2_err.push(up(sq_err.sqrt() * (1.0 + ROUND_UP)));
+        let rounding = g * (f64::from(QMAX) * f64::from(scale) + f64::from(max));
+        block.rounding.push(up(rounding));
+        let row_l2 = sq_sum.sqrt() * f64::from(scale) * (1.0 + ROUND_UP);
+        block.row_l2.push(up(row_l2));
     }
     block
+}
+
+/// `v` rounded up to an f32 (still an upper bound), as every factor is stored: half the
+/// bytes of f64 per row, 4 MiB on Gemma 3's head.
+pub(super) fn up(v: f64) -> f32 {
+    let f = v as f32;
+    if f64::from(f) < v {
+        f.next_up()
+    } else {
+        f
+    }
 }
 
 /// One row's scale and rounding errors.

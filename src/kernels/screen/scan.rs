@@ -7,6 +7,7 @@
 //! them: the kept set is a superset of the rows that can win on every path.
 #![allow(unsafe_code)]
 
+use super::up;
 use crate::kernels::simd::Cpu;
 
 /// Relative margin on every radius: covers the few roundings of its own computation and of
@@ -16,10 +17,10 @@ const MARGIN: f64 = 1.0 + 1e-9;
 /// A block's per-row factors (see `Block`).
 pub(super) struct Factors<'a> {
     pub(super) scale: &'a [f32],
-    pub(super) max_err: &'a [f64],
-    pub(super) l2_err: &'a [f64],
-    pub(super) rounding: &'a [f64],
-    pub(super) row_l2: &'a [f64],
+    pub(super) max_err: &'a [f32],
+    pub(super) l2_err: &'a [f32],
+    pub(super) rounding: &'a [f32],
+    pub(super) row_l2: &'a [f32],
 }
 
 /// One x row's multipliers for the factors.
@@ -80,24 +81,17 @@ fn scan_rows(
     for j in rows {
         // Exact: an integer below 2³¹ times a product of two f32s, rounded once.
         let centre = f64::from(dots[j]) * (x.scale * f64::from(f.scale[j]));
-        let quantised = (x.abs * f.max_err[j]).min(x.l2 * f.l2_err[j]);
-        let radius = (quantised + x.err_l2 * f.row_l2[j] + x.abs * f.rounding[j] + x.tiny) * MARGIN;
+        let factor = |v: &[f32]| f64::from(v[j]);
+        let quantised = (x.abs * factor(f.max_err)).min(x.l2 * factor(f.l2_err));
+        let radius =
+            (quantised + x.err_l2 * factor(f.row_l2) + x.abs * factor(f.rounding) + x.tiny)
+                * MARGIN;
         best = best.max(centre - radius);
         if centre + radius >= floor {
             kept.push(((start + j) as u32, up(centre + radius)));
         }
     }
     best
-}
-
-/// `v` rounded up to an f32: still an upper bound.
-fn up(v: f64) -> f32 {
-    let f = v as f32;
-    if f64::from(f) < v {
-        f.next_up()
-    } else {
-        f
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -112,9 +106,8 @@ fn scan_avx2(
 ) -> f64 {
     use std::arch::x86_64::{
         __m128i, _mm256_add_pd, _mm256_cmp_pd, _mm256_cvtepi32_pd, _mm256_cvtps_pd,
-        _mm256_fmadd_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_min_pd, _mm256_movemask_pd,
-        _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd, _mm256_sub_pd, _mm_loadu_ps,
-        _mm_loadu_si128, _CMP_GE_OQ,
+        _mm256_fmadd_pd, _mm256_max_pd, _mm256_min_pd, _mm256_movemask_pd, _mm256_mul_pd,
+        _mm256_set1_pd, _mm256_storeu_pd, _mm256_sub_pd, _mm_loadu_ps, _mm_loadu_si128, _CMP_GE_OQ,
     };
     let n = dots.len();
     let full = n - n % 4;
@@ -138,11 +131,16 @@ fn scan_avx2(
             let s = _mm256_cvtps_pd(_mm_loadu_ps(f.scale.as_ptr().add(j)));
             let centre = _mm256_mul_pd(d, _mm256_mul_pd(xs, s));
             let quantised = _mm256_min_pd(
-                _mm256_mul_pd(abs, _mm256_loadu_pd(f.max_err.as_ptr().add(j))),
-                _mm256_mul_pd(l2, _mm256_loadu_pd(f.l2_err.as_ptr().add(j))),
+                _mm256_mul_pd(
+                    abs,
+                    _mm256_cvtps_pd(_mm_loadu_ps(f.max_err.as_ptr().add(j))),
+                ),
+                _mm256_mul_pd(l2, _mm256_cvtps_pd(_mm_loadu_ps(f.l2_err.as_ptr().add(j)))),
             );
-            let r = _mm256_fmadd_pd(err, _mm256_loadu_pd(f.row_l2.as_ptr().add(j)), quantised);
-            let r = _mm256_fmadd_pd(abs, _mm256_loadu_pd(f.rounding.as_ptr().add(j)), r);
+            let row_l2 = _mm256_cvtps_pd(_mm_loadu_ps(f.row_l2.as_ptr().add(j)));
+            let r = _mm256_fmadd_pd(err, row_l2, quantised);
+            let rounding = _mm256_cvtps_pd(_mm_loadu_ps(f.rounding.as_ptr().add(j)));
+            let r = _mm256_fmadd_pd(abs, rounding, r);
             let radius = _mm256_mul_pd(_mm256_add_pd(r, tiny), margin);
             let high = _mm256_add_pd(centre, radius);
             best = _mm256_max_pd(best, _mm256_sub_pd(centre, radius));
