@@ -496,12 +496,14 @@ fn screened_argmax_many(
     let parts = parallel::map_ranges(m, 1, 1, 1, |rows| {
         rows.map(|i| {
             let xr = &x[i * k..(i + 1) * k];
-            let rows = lists[i].as_ref()?;
-            let rows = if rows.len() <= SCREEN_REFINE_FROM {
-                rows.clone()
+            let listed = lists[i].as_deref()?;
+            let refined;
+            let rows = if listed.len() <= SCREEN_REFINE_FROM {
+                listed
             } else {
                 // Narrowing a row by the f32 bound costs a fraction of scoring it exactly.
-                screen.refine(cpu.isa(), xr, rows)?
+                refined = screen.refine(cpu.isa(), xr, listed)?;
+                &refined
             };
             if rows.len() > limit {
                 return None;
