@@ -3,7 +3,7 @@
 
 use super::error::KernelError;
 use super::parallel;
-use super::tensor::{DType, Tensor, Weight};
+use super::tensor::{decode_f32, DType, Tensor, Weight};
 
 /// Rows below which a thread start does not pay off.
 const MIN_TASK_ROWS: usize = 64;
@@ -36,19 +36,19 @@ pub fn embed(ids: &[u32], w: &Weight, scale: f32) -> Result<Tensor, KernelError>
     })?;
     let mut out = vec![0.0f32; n];
     if d > 0 {
+        // Rows are copied out rather than read where they lie: in a file mapping each read
+        // would map the file around it (up to 2 MiB with large page-cache folios), and a
+        // prefill's few hundred scattered rows would make much of the table resident.
         parallel::for_rows(&mut out, d, MIN_TASK_ROWS, |rows, dst| {
+            let mut bytes = Vec::new();
             for (row, &id) in dst.chunks_exact_mut(d).zip(&ids[rows]) {
-                w.read_f32(id as usize * d, row);
+                w.copy_rows(&[id as usize], &mut bytes);
+                decode_f32(w.dtype(), &bytes, 0, row);
                 for v in row.iter_mut() {
                     *v *= scale;
                 }
             }
         });
-        if w.has_screen() {
-            // A tied output head read through its screen: the table's pages are not wanted
-            // resident (each row read mapped 64 KiB of the file around it).
-            w.release(0..w.numel());
-        }
     }
     Tensor::new(shape.clone(), out).map_err(|_| KernelError::TooLarge { op: "embed", shape })
 }

@@ -81,8 +81,8 @@ const SCREEN_MAX_SHARE: usize = 64;
 const SCREEN_MAX_SHARE_MANY: usize = 16;
 /// Weight rows the screened path's full pass scores between two hand-backs of their pages.
 const SCREEN_FULL_SPAN: usize = 16384;
-/// Candidate rows scored between two hand-backs of the weight's pages.
-const SCREEN_RELEASE_EVERY: usize = 256;
+/// Candidate rows copied out of the weight and scored at a time.
+const SCREEN_GATHER_ROWS: usize = 256;
 /// Candidates of one x row of several above which they are narrowed by the single-row bound
 /// (f32 x) before being scored.
 const SCREEN_REFINE_FROM: usize = 32;
@@ -390,7 +390,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
     let x = x.data();
     if takes_screen(n) {
         if m == 1 {
-            if let Some(id) = screened_argmax(cpu, x, w.screen(), &src) {
+            if let Some(id) = screened_argmax(cpu, x, w.screen(), w) {
                 return Ok(vec![id]);
             }
         } else {
@@ -468,12 +468,12 @@ fn takes_screen(n: usize) -> bool {
 /// `linear_argmax` of one x row through `screen` (of the weight `w` holds): the candidate rows,
 /// scored by the same kernel as every other column and merged in index order. `None` when the
 /// screen cannot bound this x or keeps too many rows; the caller then scores every row.
-fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, w: &WeightRows<'_>) -> Option<u32> {
+fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, weight: &Weight) -> Option<u32> {
     let rows = screen.candidates(cpu.isa(), x)?;
     if rows.len() > screen.rows() / SCREEN_MAX_SHARE {
         return None;
     }
-    let best = best_among(cpu, x, &rows, w);
+    let best = best_among(cpu, x, &rows, weight);
     // A screen of a weight with rows keeps at least one (the one with the best lower bound).
     (!best.empty).then_some(best.index as u32)
 }
@@ -508,13 +508,9 @@ fn screened_argmax_many(
             if rows.len() > limit {
                 return None;
             }
-            // Each row read pages in its neighbours too (the kernel maps 64 KiB around a fault
-            // in a file): handed back every few hundred rows, a batch's candidates never add up
-            // to a second copy of the weight next to the screen.
             let mut best = Best::NONE;
-            for chunk in rows.chunks(SCREEN_RELEASE_EVERY) {
-                best = best.then(best_among(cpu, xr, chunk, w));
-                weight.release(0..weight.numel());
+            for chunk in rows.chunks(SCREEN_GATHER_ROWS) {
+                best = best.then(best_among(cpu, xr, chunk, weight));
             }
             (!best.empty).then_some(best.index as u32)
         })
@@ -548,22 +544,32 @@ fn screened_argmax_many(
     ids.into_iter().map(|id| id.unwrap_or(0)).collect()
 }
 
-/// The best of `rows` (increasing) for one x row, each scored by the kernel every column uses.
-fn best_among(cpu: Cpu, x: &[f32], rows: &[usize], w: &WeightRows<'_>) -> Best {
+/// The best of `rows` (increasing) of `weight` for one x row, each scored by the kernel every
+/// column uses. The rows are copied out first ([`Weight::copy_rows`]): read where they lie in a
+/// file mapping, each would map the file around it, and a few hundred scattered rows of the
+/// head would make much of it resident again next to its screen.
+fn best_among(cpu: Cpu, x: &[f32], rows: &[usize], weight: &Weight) -> Best {
     let k = x.len();
     let lhs = Lhs { x, permuted: None };
+    let mut bytes = Vec::new();
+    weight.copy_rows(rows, &mut bytes);
+    let gathered = WeightRows {
+        bytes: &bytes,
+        dtype: weight.dtype(),
+    };
+    let mut scores = vec![0.0f32; rows.len()];
+    // One output per row, each the same dot product wherever the row sits in the operand.
+    columns_on(
+        cpu,
+        &lhs,
+        1,
+        k,
+        &gathered,
+        &mut ColumnsMut::window(&mut scores, 0..rows.len()),
+    );
     let mut best = Best::NONE;
-    let mut score = [0.0f32];
-    for &j in rows {
-        columns_on(
-            cpu,
-            &lhs,
-            1,
-            k,
-            w,
-            &mut ColumnsMut::window(&mut score, j..j + 1),
-        );
-        best = best.then(Best::at(j, score[0]));
+    for (&j, &s) in rows.iter().zip(&scores) {
+        best = best.then(Best::at(j, s));
     }
     best
 }

@@ -101,6 +101,13 @@ pub trait WeightBytes: Send + Sync {
     fn release(&self, range: Range<usize>) {
         let _ = range;
     }
+    /// Bytes `at..at + out.len()` copied into `out`, by a route that does not make them
+    /// resident in this process where there is one (a file read, for a mapping). For a few
+    /// scattered rows of a large weight that is otherwise read through a smaller copy (the
+    /// embedding table and its screen). The default copies from [`WeightBytes::bytes`].
+    fn copy_to(&self, at: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self.bytes()[at..at + out.len()]);
+    }
 }
 
 impl WeightBytes for Vec<u8> {
@@ -213,11 +220,6 @@ impl Weight {
         let end = self.range.start + elems.end.div_ceil(per) * size;
         self.backing.release(start..end.min(self.range.end));
     }
-    /// Whether this weight's argmax screen has been built (it is then read at full width only
-    /// a few rows at a time).
-    pub(crate) fn has_screen(&self) -> bool {
-        self.screen.get().is_some()
-    }
     /// The argmax screen of this `[n, k]` weight, built on first call.
     pub(crate) fn screen(&self) -> &Screen {
         self.screen.get_or_init(|| Screen::build(self))
@@ -226,30 +228,31 @@ impl Weight {
     pub fn numel(&self) -> usize {
         self.range.len() / self.dtype.block_bytes() * self.dtype.block_elems()
     }
+    /// The stored bytes of whole rows `rows` of this `[n, k]` weight, one after another in
+    /// `out` (cleared first), copied by [`WeightBytes::copy_to`]: scattered rows of a mapped
+    /// file are read without mapping the file around them.
+    ///
+    /// Panics if the weight is not 2-D, its rows are not whole blocks, or a row is out of range.
+    pub fn copy_rows(&self, rows: &[usize], out: &mut Vec<u8>) {
+        let [n, k] = *self.shape() else {
+            panic!("copy_rows of a weight that is not 2-D");
+        };
+        assert!(
+            k.is_multiple_of(self.dtype.block_elems()),
+            "copy_rows: rows are not whole blocks"
+        );
+        let row = k / self.dtype.block_elems() * self.dtype.block_bytes();
+        out.clear();
+        out.resize(rows.len() * row, 0);
+        for (&j, dst) in rows.iter().zip(out.chunks_exact_mut(row.max(1))) {
+            assert!(j < n, "copy_rows: row {j} of {n}");
+            self.backing.copy_to(self.range.start + j * row, dst);
+        }
+    }
     /// Convert elements `start..start + out.len()` (row-major) into `out`. This is how kernels
     /// read weights: a row or tile at a time, never the whole matrix.
     pub fn read_f32(&self, start: usize, out: &mut [f32]) {
-        let all = self.bytes();
-        let n = out.len();
-        let floats = |size: usize| &all[start * size..(start + n) * size];
-        match self.dtype {
-            DType::F32 => {
-                for (o, c) in out.iter_mut().zip(floats(4).chunks_exact(4)) {
-                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            }
-            DType::BF16 => {
-                for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
-                    *o = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-                }
-            }
-            DType::F16 => {
-                for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
-                    *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-                }
-            }
-            blocks => super::quant::read_on(super::simd::cpu(), blocks, all, start, out),
-        }
+        decode_f32(self.dtype, self.bytes(), start, out);
     }
     /// A view of one slice along the first axis (layer `i` of a stacked weight, row `i` of a
     /// matrix), sharing the backing bytes.
@@ -267,6 +270,30 @@ impl Weight {
             range: start..start + per,
             screen: Arc::default(),
         })
+    }
+}
+
+/// Elements `start..start + out.len()` of row-major `dtype` data `all`, decoded to f32.
+pub(crate) fn decode_f32(dtype: DType, all: &[u8], start: usize, out: &mut [f32]) {
+    let n = out.len();
+    let floats = |size: usize| &all[start * size..(start + n) * size];
+    match dtype {
+        DType::F32 => {
+            for (o, c) in out.iter_mut().zip(floats(4).chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        DType::BF16 => {
+            for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
+                *o = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        DType::F16 => {
+            for (o, c) in out.iter_mut().zip(floats(2).chunks_exact(2)) {
+                *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+        }
+        blocks => super::quant::read_on(super::simd::cpu(), blocks, all, start, out),
     }
 }
 

@@ -11,12 +11,17 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 
 /// Pages are released in whole units of this.
 const PAGE: usize = 4096;
 
-/// A read-only, private mapping of a whole file.
-pub struct MappedFile(memmap2::Mmap);
+/// A read-only, private mapping of a whole file, and the file, for reads that should not map.
+pub struct MappedFile {
+    map: memmap2::Mmap,
+    /// The same open file (a duplicated descriptor), for [`MappedFile::copy_to`].
+    file: File,
+}
 
 impl MappedFile {
     /// Map `file` read-only. An empty file cannot be mapped on every system, so it is an error
@@ -26,25 +31,44 @@ impl MappedFile {
         // aliasing rules only if the file were written while mapped; see the module doc for why
         // that cannot reach a result the runner signs.
         let map = unsafe { memmap2::Mmap::map(file) }?;
-        Ok(MappedFile(map))
+        Ok(MappedFile {
+            map,
+            file: file.try_clone()?,
+        })
     }
 
     /// The file's bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.map
+    }
+
+    /// Bytes `at..at + out.len()` copied into `out` through the page cache, without mapping
+    /// them into this process. Reading a few scattered rows through the mapping would map far
+    /// more: a fault maps the whole page-cache folio around it, up to 2 MiB on filesystems with
+    /// large folios (ext4 from Linux 6.16), so a few hundred rows could map most of a table.
+    /// The bytes are those of [`MappedFile::bytes`] either way: should the read fail, they are
+    /// copied from the mapping.
+    ///
+    /// Panics if the range is outside the file.
+    pub fn copy_to(&self, at: usize, out: &mut [u8]) {
+        let end = at.checked_add(out.len()).filter(|&e| e <= self.map.len());
+        assert!(end.is_some(), "copy_to past the end of a mapped file");
+        if self.file.read_exact_at(out, at as u64).is_err() {
+            out.copy_from_slice(&self.map[at..at + out.len()]);
+        }
     }
 
     /// Hand the whole pages inside `range` back to the system: they stay mapped, and a later
     /// read faults the same file bytes back in. A neighbour's partial page is kept.
     pub fn release(&self, range: Range<usize>) {
         let start = range.start.div_ceil(PAGE) * PAGE;
-        let end = (range.end.min(self.0.len()) / PAGE) * PAGE;
+        let end = (range.end.min(self.map.len()) / PAGE) * PAGE;
         if start < end {
             // SAFETY: the mapping is private, read-only and file-backed, so dropping pages only
             // unmaps them from this process: no byte anyone reads changes. A failure is harmless
             // (the pages stay resident) and ignored.
             let _ = unsafe {
-                self.0.unchecked_advise_range(
+                self.map.unchecked_advise_range(
                     memmap2::UncheckedAdvice::DontNeed,
                     start,
                     end - start,
@@ -56,7 +80,7 @@ impl MappedFile {
 
 impl std::fmt::Debug for MappedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MappedFile({} bytes)", self.0.len())
+        write!(f, "MappedFile({} bytes)", self.map.len())
     }
 }
 
@@ -74,6 +98,13 @@ mod tests {
         assert_eq!(map.bytes(), &bytes[..]);
         map.release(10..2 * PAGE + 7);
         map.release(0..usize::MAX);
+        let mut copied = vec![0u8; 2 * PAGE + 5];
+        map.copy_to(PAGE - 3, &mut copied);
+        assert_eq!(
+            copied,
+            bytes[PAGE - 3..3 * PAGE + 2],
+            "copy_to reads the file's bytes"
+        );
         assert_eq!(
             map.bytes(),
             &bytes[..],

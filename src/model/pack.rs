@@ -7,9 +7,9 @@
 //! available, so the bytes are copied, unchanged, in their stored dtype, and each tensor's file pages are handed back as soon as it is copied: the
 //! resident set is the same as with the mapping, and no more than one tensor larger at any time.
 //!
-//! The embedding table stays mapped: a step reads only the rows of its tokens, and at batch 1
-//! the tied output head is read through its 8-bit screen, so its pages are released rather than
-//! kept. Norm vectors are too small to matter. Where the region cannot be made, the weights stay
+//! The embedding table stays mapped: a step reads only the rows of its tokens, and the tied
+//! output head is read through its 8-bit screen; the few full rows either needs are copied out
+//! of the file (`Weight::copy_rows`) rather than mapped. Norm vectors are too small to matter. Where the region cannot be made, the weights stay
 //! mapped; only speed differs.
 
 use std::sync::Arc;

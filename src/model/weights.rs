@@ -221,6 +221,10 @@ impl WeightBytes for FileBacked {
     fn release(&self, range: std::ops::Range<usize>) {
         self.0.release(range);
     }
+
+    fn copy_to(&self, at: usize, out: &mut [u8]) {
+        self.0.copy_to(at, out);
+    }
 }
 
 fn dtype_of(d: StDtype) -> Option<DType> {
