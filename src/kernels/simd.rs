@@ -68,6 +68,21 @@ impl Cpu {
     pub(crate) fn has_avx512(self) -> bool {
         self.0 >= Isa::Avx512
     }
+
+    /// Whether the 8-bit dot-product loops of AVX-512 VNNI (with AVX-512BW) may run: an
+    /// [`Isa::Avx512`] token on a CPU that has them. Only integer loops use them, whose sums
+    /// are exact, so they need no [`Isa`] level of their own to keep results path-independent.
+    #[inline(always)]
+    pub(crate) fn has_avx512_vnni(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.has_avx512()
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vnni")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
 }
 
 /// The detected set plus one (0 = not detected yet).

@@ -145,6 +145,17 @@ pub(super) fn dots(
     debug_assert!(m.is_multiple_of(TILE_X) && u.len() >= m * k && w.len() >= rows * k);
     debug_assert!(x.mag.len() == u.len() && x.wide.len() >= m * WIDE);
     debug_assert!(out.len() >= m * rows && k <= MAX_K);
+    #[cfg(target_arch = "x86_64")]
+    if cpu.has_avx512_vnni() {
+        let grouped = rows - rows % VNNI_W;
+        // SAFETY: only detection makes a `Cpu`, and `has_avx512_vnni` means AVX-512F, BW and
+        // VNNI were confirmed; the bounds are the ones checked above.
+        unsafe { dots_vnni(x, m, w, grouped, k, out, rows) };
+        for j in grouped..rows {
+            dots_of_row(x, m, &w[j * k..(j + 1) * k], k, &mut out[j..], rows);
+        }
+        return;
+    }
     let paired = rows - rows % TILE_W;
     #[cfg(target_arch = "x86_64")]
     if cpu.has_avx2() && k >= STEP {
@@ -279,5 +290,236 @@ fn dots_avx2(
             i += TILE_X;
         }
         j += TILE_W;
+    }
+}
+
+/// Weight rows per tile of [`dots_vnni`].
+const VNNI_W: usize = 4;
+/// Inner elements per step of [`dots_vnni`].
+const VNNI_STEP: usize = 64;
+
+/// The AVX-512 VNNI tile: [`TILE_X`] x rows × [`VNNI_W`] weight rows in sixteen `i32`
+/// accumulators. `vpdpbusd` multiplies unsigned by signed bytes and adds each four products
+/// into a 32-bit lane, with no 16-bit stage to saturate, so the weight's bytes are made unsigned
+/// (`w + 128`, one xor per vector, shared by every x row) and x stays signed:
+/// `Σ q w = Σ q (w + 128) - 128 Σ q`. Lanes past `k` load as zero bytes of x, which add nothing.
+/// Sums wrap in `i32`, and the true result fits ([`MAX_K`]), so the wrapped one is exact.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn dots_vnni(
+    x: &XBytes,
+    m: usize,
+    w: &[u8],
+    grouped: usize,
+    k: usize,
+    out: &mut [i32],
+    rows: usize,
+) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_extracti128_si256,
+        _mm256_hadd_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_setzero_si256,
+        _mm512_castsi512_si256, _mm512_dpbusd_epi32, _mm512_extracti64x4_epi64, _mm512_loadu_si512,
+        _mm512_maskz_loadu_epi8, _mm512_set1_epi8, _mm512_setzero_si512, _mm512_xor_si512,
+        _mm_add_epi32, _mm_storeu_si128,
+    };
+    let q = &x.q;
+    let steps = k.div_ceil(VNNI_STEP);
+    // The mask of the last step's lanes inside `k`.
+    let last: u64 = match k % VNNI_STEP {
+        0 => u64::MAX,
+        r => (1u64 << r) - 1,
+    };
+    let flip = _mm512_set1_epi8(i8::MIN);
+    let sums_q: Vec<i32> = (0..m)
+        .map(|i| {
+            q[i * k..(i + 1) * k]
+                .iter()
+                .map(|&v| i32::from(v as i8))
+                .sum()
+        })
+        .collect();
+    let mut j = 0;
+    while j < grouped {
+        let wr: [&[u8]; VNNI_W] = std::array::from_fn(|c| &w[(j + c) * k..(j + c + 1) * k]);
+        let wide: [[i16; WIDE]; VNNI_W] = std::array::from_fn(|c| wide_of(wr[c], &x.channels));
+        // SAFETY: each array holds 16 i16s.
+        let ww: [__m256i; VNNI_W] = unsafe {
+            let at = |c: usize| wide[c].as_ptr().cast::<__m256i>();
+            [
+                _mm256_loadu_si256(at(0)),
+                _mm256_loadu_si256(at(1)),
+                _mm256_loadu_si256(at(2)),
+                _mm256_loadu_si256(at(3)),
+            ]
+        };
+        let mut i = 0;
+        while i < m {
+            let mut acc = [_mm512_setzero_si512(); TILE_X * VNNI_W];
+            for s in 0..steps {
+                let t = s * VNNI_STEP;
+                let mask = if s + 1 == steps { last } else { u64::MAX };
+                // SAFETY: a masked load reads only the lanes `mask` sets, bytes `t ..
+                // min(t + 64, k)` of rows inside `q` and `w` (the caller's bounds).
+                unsafe {
+                    macro_rules! load {
+                        ($s:expr, $at:expr) => {
+                            if mask == u64::MAX {
+                                _mm512_loadu_si512($s.as_ptr().add($at).cast())
+                            } else {
+                                _mm512_maskz_loadu_epi8(mask, $s.as_ptr().add($at).cast::<i8>())
+                            }
+                        };
+                    }
+                    let a = [
+                        _mm512_xor_si512(load!(wr[0], t), flip),
+                        _mm512_xor_si512(load!(wr[1], t), flip),
+                        _mm512_xor_si512(load!(wr[2], t), flip),
+                        _mm512_xor_si512(load!(wr[3], t), flip),
+                    ];
+                    for r in 0..TILE_X {
+                        let xs = load!(q, (i + r) * k + t);
+                        for c in 0..VNNI_W {
+                            let slot = c * TILE_X + r;
+                            acc[slot] = _mm512_dpbusd_epi32(acc[slot], a[c], xs);
+                        }
+                    }
+                }
+            }
+            // Each accumulator halved to 8 lanes, the wide channels' products added, then
+            // four sums from each four accumulators by pairwise adds.
+            let mut half = [_mm256_setzero_si256(); TILE_X * VNNI_W];
+            for (slot, h) in half.iter_mut().enumerate() {
+                let (c, r) = (slot / TILE_X, slot % TILE_X);
+                let v = acc[slot];
+                let folded =
+                    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+                // SAFETY: row `i + r` of `x.wide` holds 16 i16s (the caller's bounds).
+                let xw = unsafe {
+                    _mm256_loadu_si256(x.wide.as_ptr().add((i + r) * WIDE).cast::<__m256i>())
+                };
+                *h = _mm256_add_epi32(folded, _mm256_madd_epi16(xw, ww[c]));
+            }
+            let mut sums = [0i32; TILE_X * VNNI_W];
+            for c in 0..VNNI_W {
+                let h = &half[c * TILE_X..(c + 1) * TILE_X];
+                let g =
+                    _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+                let s = _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g));
+                // SAFETY: `sums` holds sixteen i32s; this stores four of them.
+                unsafe { _mm_storeu_si128(sums.as_mut_ptr().add(c * TILE_X).cast(), s) };
+            }
+            for r in 0..TILE_X {
+                let offset = sums_q[i + r].wrapping_mul(128);
+                for c in 0..VNNI_W {
+                    out[(i + r) * rows + j + c] = sums[c * TILE_X + r].wrapping_sub(offset);
+                }
+            }
+            i += TILE_X;
+        }
+        j += VNNI_W;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::simd::{self, Isa};
+
+    /// x rows of `m` (a multiple of [`TILE_X`]) and `rows` weight rows of length `k`, with
+    /// values anywhere in their ranges (`fill` picks each from a counter).
+    fn operands(m: usize, rows: usize, k: usize, fill: impl Fn(usize) -> i32) -> (XBytes, Vec<u8>) {
+        let channels: Vec<usize> = (0..k.min(WIDE))
+            .map(|c| c * k / k.min(WIDE).max(1))
+            .collect();
+        let is_wide = |t: usize| channels.contains(&t);
+        let mut q = vec![0u8; m * k];
+        for (at, v) in q.iter_mut().enumerate() {
+            if !is_wide(at % k) {
+                *v = (fill(at).clamp(-127, 127) as i8) as u8;
+            }
+        }
+        let mag = q.iter().map(|&v| (v as i8).unsigned_abs()).collect();
+        let wide = (0..m * WIDE)
+            .map(|at| {
+                if at % WIDE < channels.len() {
+                    (fill(at * 7 + 3) * 258).clamp(-32767, 32767) as i16
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let w = (0..rows * k)
+            .map(|at| (fill(at * 3 + 1).clamp(-127, 127) as i8) as u8)
+            .collect();
+        (
+            XBytes {
+                q,
+                mag,
+                wide,
+                channels,
+            },
+            w,
+        )
+    }
+
+    fn scalar(x: &XBytes, m: usize, w: &[u8], rows: usize, k: usize) -> Vec<i32> {
+        let mut out = vec![0i32; m * rows];
+        for j in 0..rows {
+            dots_of_row(x, m, &w[j * k..(j + 1) * k], k, &mut out[j..], rows);
+        }
+        out
+    }
+
+    fn pseudo(seed: usize) -> impl Fn(usize) -> i32 {
+        move |at| {
+            let mut s = (at as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed as u64;
+            s ^= s >> 29;
+            ((s % 255) as i32) - 127
+        }
+    }
+
+    #[test]
+    fn every_tile_gives_the_exact_sums() {
+        for k in [1, 16, 31, 32, 33, 63, 64, 65, 127, 640, 1000] {
+            for rows in [1, 2, 3, 4, 5, 7, 9] {
+                let m = 8;
+                let (x, w) = operands(m, rows, k, pseudo(k * 31 + rows));
+                let want = scalar(&x, m, &w, rows, k);
+                for isa in simd::available() {
+                    let mut out = vec![0i32; m * rows];
+                    dots(simd::limit(isa), &x, m, &w, rows, k, &mut out);
+                    assert_eq!(out, want, "k {k}, rows {rows}, {}", isa.name());
+                }
+                #[cfg(target_arch = "x86_64")]
+                if simd::limit(Isa::Avx2Fma).has_avx2() && k >= STEP {
+                    // The AVX2 tile on its own: on a VNNI machine `dots` takes the other one.
+                    let paired = rows - rows % TILE_W;
+                    let mut out = want.clone();
+                    // SAFETY: AVX2 was detected; the operands have the lengths `dots` checks.
+                    unsafe { dots_avx2(&x, m, &w, paired, k, &mut out, rows) };
+                    assert_eq!(out, want, "k {k}, rows {rows}, AVX2 tile");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sums_at_the_largest_k_and_values_are_exact() {
+        // Every byte at its extreme: the VNNI tile's unsigned weights then sum past i32 before
+        // the offset is taken off, and only wrapping arithmetic gives the exact result.
+        let (m, rows, k) = (TILE_X, 4, MAX_K);
+        for sign in [1, -1] {
+            let (x, w) = operands(m, rows, k, |at| if at % 2 == 0 { 127 } else { 127 * sign });
+            let want = scalar(&x, m, &w, rows, k);
+            assert!(
+                want.iter().all(|&s| s.unsigned_abs() > 1 << 29),
+                "extreme sums"
+            );
+            for isa in simd::available() {
+                let mut out = vec![0i32; m * rows];
+                dots(simd::limit(isa), &x, m, &w, rows, k, &mut out);
+                assert_eq!(out, want, "{}", isa.name());
+            }
+        }
     }
 }
