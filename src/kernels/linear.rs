@@ -332,11 +332,12 @@ impl<'a> Lhs<'a> {
     }
 }
 
-/// Whether `m` x rows go through the panel kernel on this CPU. AVX-512 machines keep the
-/// wide-register tile kernel, which has the registers to be bound by its FMAs already.
+/// Whether `m` x rows go through the panel kernel on this CPU (AVX2 or AVX-512: on an AMD
+/// EPYC, Zen 4, its AVX-512 tile beats the wide-register tile kernel from 32 rows up, 146 ->
+/// 188 GFLOP/s at 512 rows; docs/performance.md).
 #[cfg(target_arch = "x86_64")]
 fn takes_panels(cpu: Cpu, m: usize) -> bool {
-    cpu.isa() == Isa::Avx2Fma && m >= panel::MIN_ROWS
+    cpu.isa() >= Isa::Avx2Fma && m >= panel::MIN_ROWS
 }
 
 /// Column blocks per thread. Several rows of x make a call compute-bound, and then blocks
@@ -649,18 +650,29 @@ fn columns_on<S: Rows>(
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
-    fn avx512<S: Rows>(x: &[f32], m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+    fn avx512<S: Rows>(lhs: &Lhs<'_>, m: usize, k: usize, w: &S, out: &mut ColumnsMut<'_>) {
+        if let Some(xp) = &lhs.permuted {
+            panel::columns_avx512(xp, m, k, w, out);
+            return;
+        }
         // A single row is bound by memory bandwidth, where wider registers gain nothing.
         // SAFETY: as in `avx2`.
-        if !unsafe { row_gemv(x, m, k, w, out) } {
-            columns::<S, AVX512>(x, m, k, w, out)
+        if unsafe { row_gemv(lhs.x, m, k, w, out) } {
+            return;
         }
+        let few = |d: DType| d.is_quantized() && quant::takes_registers_avx512(d, m);
+        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| few(*d)) {
+            if quant::gemm_blocks_avx2(dtype, lhs.x, m, k, bytes, out) {
+                return;
+            }
+        }
+        columns::<S, AVX512>(lhs.x, m, k, w, out)
     }
     match cpu.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: only detection makes a `Cpu`, and `Isa::Avx512` in one means
         // `is_x86_feature_detected!` confirmed AVX-512F as well as AVX2, FMA and F16C.
-        Isa::Avx512 => unsafe { avx512(x, m, k, w, out) },
+        Isa::Avx512 => unsafe { avx512(lhs, m, k, w, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2, FMA and F16C.
         Isa::Avx2Fma => unsafe { avx2(lhs, m, k, w, out) },

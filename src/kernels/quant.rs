@@ -33,7 +33,9 @@ mod gemv;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::read_avx2;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use gemv::{gemm_blocks_avx2, gemv_blocks_avx2, takes_registers};
+pub(crate) use gemv::{
+    gemm_blocks_avx2, gemv_blocks_avx2, takes_registers, takes_registers_avx512,
+};
 
 /// Elements in the largest block (the K formats' super-block).
 pub(crate) const MAX_BLOCK: usize = 256;

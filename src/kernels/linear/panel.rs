@@ -33,6 +33,12 @@ pub(super) const PANEL: usize = 16;
 /// x rows per register tile: 6 × 2 accumulators + 2 weight vectors + 1 broadcast = 15 of the
 /// 16 ymm registers.
 const TILE_ROWS: usize = 6;
+/// x rows per AVX-512 register tile: a panel is one zmm register, so 12 accumulators, one
+/// weight vector and a broadcast make 12 FMAs from 13 loads (the AVX2 tile: 12 from 8, each
+/// half as wide).
+const WIDE_ROWS: usize = 12;
+/// The tile rows the segment sums have room for.
+const MAX_ROWS: usize = WIDE_ROWS;
 /// x rows from which this path is taken. Packing costs about one cycle per weight element
 /// (decode, transpose, store) against `m / 16` cycles of FMAs, so below this the tile-buffer
 /// kernel, which only decodes, is as fast or faster (one thread on an AVX2 EPYC, both kernels
@@ -68,14 +74,26 @@ impl Segments {
     }
 }
 
-/// x `[m, k]` with each row's inner elements permuted into segments.
+/// Floats from one permuted x row to the next: one cache line more than `k`. With rows exactly
+/// `k` apart, a `k` of 1024 or 2048 puts the twelve rows a tile reads at once 4 KiB apart, all
+/// in the same few L1 sets, and they evict each other (measured on an AMD EPYC, Zen 4, AVX-512
+/// tile, Q8_0 `[128, k]` against 2048 rows: 108 GFLOP/s at k 1024 against 154 at k 1152).
+pub(super) fn stride(k: usize) -> usize {
+    k + LANES
+}
+
+/// x `[m, k]` with each row's inner elements permuted into segments, rows [`stride`] apart.
 pub(super) fn permute_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     let seg = Segments::new(k);
-    let mut out = vec![0.0f32; m * k];
+    let mut out = vec![0.0f32; m * stride(k)];
     if k == 0 {
         return out;
     }
-    for (src, dst) in x.chunks_exact(k).zip(out.chunks_exact_mut(k)).take(m) {
+    for (src, dst) in x
+        .chunks_exact(k)
+        .zip(out.chunks_exact_mut(stride(k)))
+        .take(m)
+    {
         for l in 0..LANES.min(k) {
             let s = seg.start(l);
             for (t, d) in dst[s..s + seg.len(l)].iter_mut().enumerate() {
@@ -96,30 +114,82 @@ pub(super) fn columns_avx2<S: Rows>(
     w: &S,
     out: &mut ColumnsMut<'_>,
 ) {
-    assert!(xp.len() >= m * k, "permuted x shorter than [m, k]");
+    columns::<S, false>(xp, m, k, w, out);
+}
+
+/// [`columns_avx2`] with the AVX-512 tile: the same sums of the same products in the same
+/// order. Callers outside this module's features call it only after detecting AVX-512F as
+/// well as AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub(super) fn columns_avx512<S: Rows>(
+    xp: &[f32],
+    m: usize,
+    k: usize,
+    w: &S,
+    out: &mut ColumnsMut<'_>,
+) {
+    columns::<S, true>(xp, m, k, w, out);
+}
+
+/// The body of both: `WIDE` picks the AVX-512 tile, and is true only in [`columns_avx512`].
+#[inline(always)]
+fn columns<S: Rows, const WIDE: bool>(
+    xp: &[f32],
+    m: usize,
+    k: usize,
+    w: &S,
+    out: &mut ColumnsMut<'_>,
+) {
+    let stride = stride(k);
+    assert!(
+        xp.len() >= m * stride,
+        "permuted x shorter than [m, stride]"
+    );
     let seg = Segments::new(k);
     let cols = out.cols();
     let mut panel = vec![0.0f32; k * PANEL];
-    let mut sums = [[[0.0f32; PANEL]; TILE_ROWS]; LANES];
+    let mut sums = [[[0.0f32; PANEL]; MAX_ROWS]; LANES];
+    let step = if WIDE { WIDE_ROWS } else { TILE_ROWS };
     let mut j0 = cols.start;
     while j0 < cols.end {
         let width = PANEL.min(cols.end - j0);
-        pack_panel(w, j0, width, &mut panel);
+        // SAFETY: both callers enable the features `pack_panel` is compiled for.
+        unsafe { pack_panel(w, j0, width, &mut panel) };
         let mut i = 0;
         while i < m {
-            let rows = TILE_ROWS.min(m - i);
-            let x = &xp[i * k..(i + rows) * k];
-            match rows {
-                6 => tile::<6>(x, k, &panel, seg, &mut sums),
-                5 => tile::<5>(x, k, &panel, seg, &mut sums),
-                4 => tile::<4>(x, k, &panel, seg, &mut sums),
-                3 => tile::<3>(x, k, &panel, seg, &mut sums),
-                2 => tile::<2>(x, k, &panel, seg, &mut sums),
-                _ => tile::<1>(x, k, &panel, seg, &mut sums),
+            let rows = step.min(m - i);
+            let x = &xp[i * stride..(i + rows) * stride];
+            if WIDE {
+                macro_rules! wide {
+                    ($($r:literal)*) => {
+                        match rows {
+                            $($r => {
+                                // SAFETY: `WIDE` only in `columns_avx512`, entered only after
+                                // AVX-512F was detected.
+                                unsafe { tile_avx512::<$r>(x, k, stride, &panel, seg, &mut sums) }
+                            })*
+                            _ => unreachable!("tile rows"),
+                        }
+                    };
+                }
+                wide!(1 2 3 4 5 6 7 8 9 10 11 12);
+            } else {
+                // SAFETY: both callers enable AVX2 and FMA.
+                unsafe {
+                    match rows {
+                        6 => tile::<6>(x, k, stride, &panel, seg, &mut sums),
+                        5 => tile::<5>(x, k, stride, &panel, seg, &mut sums),
+                        4 => tile::<4>(x, k, stride, &panel, seg, &mut sums),
+                        3 => tile::<3>(x, k, stride, &panel, seg, &mut sums),
+                        2 => tile::<2>(x, k, stride, &panel, seg, &mut sums),
+                        _ => tile::<1>(x, k, stride, &panel, seg, &mut sums),
+                    }
+                }
             }
             for r in 0..rows {
                 let mut reduced = [0.0f32; PANEL];
-                reduce(&sums, r, &mut reduced);
+                // SAFETY: both callers enable AVX2.
+                unsafe { reduce(&sums, r, &mut reduced) };
                 let at = j0 - cols.start;
                 out.row(i + r)[at..at + width].copy_from_slice(&reduced[..width]);
             }
@@ -233,17 +303,18 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 fn tile<const R: usize>(
     x: &[f32],
     k: usize,
+    stride: usize,
     panel: &[f32],
     seg: Segments,
-    sums: &mut [[[f32; PANEL]; TILE_ROWS]; LANES],
+    sums: &mut [[[f32; PANEL]; MAX_ROWS]; LANES],
 ) {
-    assert!(R <= TILE_ROWS && x.len() >= R * k && panel.len() >= k * PANEL);
+    assert!(R <= TILE_ROWS && x.len() >= R * stride && stride >= k && panel.len() >= k * PANEL);
     let xp = x.as_ptr();
     let wp = panel.as_ptr();
     for (l, sum) in sums.iter_mut().enumerate() {
         let (s, len) = (seg.start(l), seg.len(l));
         // SAFETY: segment `l` lies at `s..s + len` with `s + len <= k` (the segments tile
-        // `0..k`), so every x read `r * k + s + t` is below `R * k <= x.len()`; its `t`-th
+        // `0..k`), so every x read `r * stride + s + t` is below `R * stride <= x.len()`; its `t`-th
         // element is inner element `16 t + l < k`, so every panel read
         // `(16 t + l) * PANEL + 0..16` is below `k * PANEL <= panel.len()` (asserted above);
         // the stores go to `sum[r]`, 16 f32s for `r < R <= TILE_ROWS`. All unaligned.
@@ -254,7 +325,7 @@ fn tile<const R: usize>(
                 let w0 = _mm256_loadu_ps(wp.add(at));
                 let w1 = _mm256_loadu_ps(wp.add(at + 8));
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let xb = _mm256_broadcast_ss(&*xp.add(r * k + s + t));
+                    let xb = _mm256_broadcast_ss(&*xp.add(r * stride + s + t));
                     a[0] = _mm256_fmadd_ps(xb, w0, a[0]);
                     a[1] = _mm256_fmadd_ps(xb, w1, a[1]);
                 }
@@ -267,10 +338,48 @@ fn tile<const R: usize>(
     }
 }
 
+/// [`tile`] on AVX-512: up to [`WIDE_ROWS`] x rows, each row's 16 outputs in one register.
+#[target_feature(enable = "avx512f")]
+fn tile_avx512<const R: usize>(
+    x: &[f32],
+    k: usize,
+    stride: usize,
+    panel: &[f32],
+    seg: Segments,
+    sums: &mut [[[f32; PANEL]; MAX_ROWS]; LANES],
+) {
+    use std::arch::x86_64::{
+        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_storeu_ps,
+    };
+    assert!(R <= WIDE_ROWS && x.len() >= R * stride && stride >= k && panel.len() >= k * PANEL);
+    let xp = x.as_ptr();
+    let wp = panel.as_ptr();
+    for (l, sum) in sums.iter_mut().enumerate() {
+        let (s, len) = (seg.start(l), seg.len(l));
+        // SAFETY: as in `tile`: every x read `r * stride + s + t` is below `R * stride`,
+        // every panel read `(16 t + l) * PANEL + 0..16` below `k * PANEL <= panel.len()`
+        // (asserted above), and the stores go to `sum[r]`, 16 f32s for `r < R <= MAX_ROWS`.
+        unsafe {
+            let mut acc: [__m512; R] = [_mm512_setzero_ps(); R];
+            for t in 0..len {
+                let wv = _mm512_loadu_ps(wp.add((t * LANES + l) * PANEL));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let xb = _mm512_set1_ps(*xp.add(r * stride + s + t));
+                    *a = _mm512_fmadd_ps(xb, wv, *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(sum[r].as_mut_ptr(), *a);
+            }
+        }
+    }
+}
+
 /// Row `r`'s 16 segment sums added as `simd::reduce_lanes` adds lanes (`a[i] + a[i + h]` for
 /// `h` = 8, 4, 2, 1), for the panel's 16 outputs at once.
 #[target_feature(enable = "avx2")]
-fn reduce(sums: &[[[f32; PANEL]; TILE_ROWS]; LANES], r: usize, out: &mut [f32; PANEL]) {
+fn reduce(sums: &[[[f32; PANEL]; MAX_ROWS]; LANES], r: usize, out: &mut [f32; PANEL]) {
     for h in [0, 8] {
         // SAFETY: every `sums[l][r][h..h + 8]` and `out[h..h + 8]` is 8 f32s inside its array
         // (`h <= 8`, arrays 16 long); unaligned loads and stores.

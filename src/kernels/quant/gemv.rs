@@ -132,6 +132,15 @@ pub(crate) fn takes_registers(dtype: DType, m: usize) -> bool {
     }
 }
 
+/// [`takes_registers`] on an AVX-512 machine, whose tile-buffer kernel is faster: only the
+/// 32-element formats, whose blocks are cheap to decode again per 4 x rows (one AMD EPYC, Zen 4,
+/// 2 threads, `kernel_bench` 8 × 640 × 2048: Q8_0 68 -> 124 GFLOP/s, Q5_0 78 -> 100; Q4_K
+/// 104 -> 91 at 8 × 2048 × 640, so not the K formats). Callers ask only below the panel
+/// kernel's rows.
+pub(crate) fn takes_registers_avx512(dtype: DType, m: usize) -> bool {
+    matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q5_0) && m > 1
+}
+
 /// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows and a block-format
 /// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows; false
 /// (nothing written) for a float dtype. The order per output is [`gemv_blocks_avx2`]'s. Callers

@@ -378,9 +378,9 @@ fn dots_vnni(
                     ];
                     for r in 0..TILE_X {
                         let xs = load!(q, (i + r) * k + t);
-                        for c in 0..VNNI_W {
+                        for (c, &wv) in a.iter().enumerate() {
                             let slot = c * TILE_X + r;
-                            acc[slot] = _mm512_dpbusd_epi32(acc[slot], a[c], xs);
+                            acc[slot] = _mm512_dpbusd_epi32(acc[slot], wv, xs);
                         }
                     }
                 }
@@ -428,9 +428,7 @@ mod tests {
     /// x rows of `m` (a multiple of [`TILE_X`]) and `rows` weight rows of length `k`, with
     /// values anywhere in their ranges (`fill` picks each from a counter).
     fn operands(m: usize, rows: usize, k: usize, fill: impl Fn(usize) -> i32) -> (XBytes, Vec<u8>) {
-        let channels: Vec<usize> = (0..k.min(WIDE))
-            .map(|c| c * k / k.min(WIDE).max(1))
-            .collect();
+        let channels: Vec<usize> = (0..k.min(WIDE)).map(|c| c * k / k.clamp(1, WIDE)).collect();
         let is_wide = |t: usize| channels.contains(&t);
         let mut q = vec![0u8; m * k];
         for (at, v) in q.iter_mut().enumerate() {

@@ -168,13 +168,14 @@ fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
 
 #[test]
 fn many_rows_keep_every_output_bit_of_the_fixed_order_dot() {
-    // From 24 rows `linear` takes the panel kernel on AVX2 (x permuted into lane segments,
-    // weights packed 16 rows at a time): every 6-row tile remainder, inner sizes with and
+    // From 24 rows `linear` takes the panel kernel (x permuted into lane segments, rows a
+    // cache line more than k apart, weights packed 16 rows at a time): every remainder of the
+    // 6-row AVX2 and 12-row AVX-512 tiles, inner sizes with and
     // without a tail and below one lane block, partial panels, each dtype and `linear_t`, and
     // the head's `linear_argmax` must all give the bits of `simd::dot` and of one thread.
     let mut rng = Rng::new(23);
-    for (k, n) in [(1061, 37), (7, 21), (640, 16)] {
-        for m in [24, 25, 26, 27, 28, 29, 40] {
+    for (k, n) in [(1061, 37), (7, 21), (640, 16), (1024, 17)] {
+        for m in [24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 40] {
             let x = tensor(&[m, k], &mut rng, 1.0);
             for dtype in DTYPES {
                 let w = weight(dtype, &[n, k], &mut rng, 1.0);

@@ -84,7 +84,7 @@ fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
         let (n, k) = (40, 2 * 256);
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
-        for m in [1, 3, 8, 30] {
+        for m in [1, 3, 8, 16, 30] {
             let x = tensor(&[m, k], &mut rng, 1.5);
             let want = bits(&linear_t(&x, &dense).expect("shapes"));
             for isa in simd::available() {
