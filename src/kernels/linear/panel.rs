@@ -74,32 +74,40 @@ impl Segments {
     }
 }
 
-/// Floats from one permuted x row to the next: one cache line more than `k`. With rows exactly
-/// `k` apart, a `k` of 1024 or 2048 puts the twelve rows a tile reads at once 4 KiB apart, all
-/// in the same few L1 sets, and they evict each other (measured on an AMD EPYC, Zen 4, AVX-512
-/// tile, Q8_0 `[128, k]` against 2048 rows: 108 GFLOP/s at k 1024 against 154 at k 1152).
-pub(super) fn stride(k: usize) -> usize {
-    k + LANES
-}
+/// x rows permuted together: the AVX-512 tile's rows, two AVX2 tiles.
+const GROUP: usize = WIDE_ROWS;
 
-/// x `[m, k]` with each row's inner elements permuted into segments, rows [`stride`] apart.
+/// x `[m, k]` with each row's inner elements permuted into segments, and each [`GROUP`] rows
+/// interleaved: row `r` of the group starting at row `i0` (`g` rows wide, fewer in the last
+/// group) has its permuted element `p` at `i0 * k + p * g + r`. A tile's broadcasts at one step
+/// then come from one or two cache lines. Rows laid out one after another put the twelve values
+/// a step reads `k` floats apart, and at a `k` of 1024 or 2048 all in the same few L1 sets,
+/// where they evict each other (AMD EPYC, Zen 4, AVX-512 tile, Q8_0 `[128, k]` against 2048
+/// rows: 108 GFLOP/s at k 1024 against 154 at k 1152). Padding the rows apart instead cost a
+/// size of allocation of its own, which the allocator kept as well (+15 MiB peak RSS at batch
+/// 128).
 pub(super) fn permute_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     let seg = Segments::new(k);
-    let mut out = vec![0.0f32; m * stride(k)];
+    let mut out = vec![0.0f32; m * k];
     if k == 0 {
         return out;
     }
-    for (src, dst) in x
-        .chunks_exact(k)
-        .zip(out.chunks_exact_mut(stride(k)))
-        .take(m)
-    {
+    let mut i0 = 0;
+    while i0 < m {
+        let g = GROUP.min(m - i0);
+        let dst = &mut out[i0 * k..(i0 + g) * k];
+        let src = &x[i0 * k..(i0 + g) * k];
+        // Written in order, read from the group's rows side by side.
         for l in 0..LANES.min(k) {
             let s = seg.start(l);
-            for (t, d) in dst[s..s + seg.len(l)].iter_mut().enumerate() {
-                *d = src[t * LANES + l];
+            for t in 0..seg.len(l) {
+                let at = t * LANES + l;
+                for (r, d) in dst[(s + t) * g..(s + t + 1) * g].iter_mut().enumerate() {
+                    *d = src[r * k + at];
+                }
             }
         }
+        i0 += g;
     }
     out
 }
@@ -140,11 +148,7 @@ fn columns<S: Rows, const WIDE: bool>(
     w: &S,
     out: &mut ColumnsMut<'_>,
 ) {
-    let stride = stride(k);
-    assert!(
-        xp.len() >= m * stride,
-        "permuted x shorter than [m, stride]"
-    );
+    assert!(xp.len() >= m * k, "permuted x shorter than [m, k]");
     let seg = Segments::new(k);
     let cols = out.cols();
     let mut panel = vec![0.0f32; k * PANEL];
@@ -157,8 +161,10 @@ fn columns<S: Rows, const WIDE: bool>(
         unsafe { pack_panel(w, j0, width, &mut panel) };
         let mut i = 0;
         while i < m {
-            let rows = step.min(m - i);
-            let x = &xp[i * stride..(i + rows) * stride];
+            let i0 = i - i % GROUP;
+            let g = GROUP.min(m - i0);
+            let (r0, rows) = (i - i0, step.min(i0 + g - i));
+            let x = &xp[i0 * k..(i0 + g) * k];
             if WIDE {
                 macro_rules! wide {
                     ($($r:literal)*) => {
@@ -166,7 +172,7 @@ fn columns<S: Rows, const WIDE: bool>(
                             $($r => {
                                 // SAFETY: `WIDE` only in `columns_avx512`, entered only after
                                 // AVX-512F was detected.
-                                unsafe { tile_avx512::<$r>(x, k, stride, &panel, seg, &mut sums) }
+                                unsafe { tile_avx512::<$r>(x, k, (g, r0), &panel, seg, &mut sums) }
                             })*
                             _ => unreachable!("tile rows"),
                         }
@@ -177,12 +183,12 @@ fn columns<S: Rows, const WIDE: bool>(
                 // SAFETY: both callers enable AVX2 and FMA.
                 unsafe {
                     match rows {
-                        6 => tile::<6>(x, k, stride, &panel, seg, &mut sums),
-                        5 => tile::<5>(x, k, stride, &panel, seg, &mut sums),
-                        4 => tile::<4>(x, k, stride, &panel, seg, &mut sums),
-                        3 => tile::<3>(x, k, stride, &panel, seg, &mut sums),
-                        2 => tile::<2>(x, k, stride, &panel, seg, &mut sums),
-                        _ => tile::<1>(x, k, stride, &panel, seg, &mut sums),
+                        6 => tile::<6>(x, k, (g, r0), &panel, seg, &mut sums),
+                        5 => tile::<5>(x, k, (g, r0), &panel, seg, &mut sums),
+                        4 => tile::<4>(x, k, (g, r0), &panel, seg, &mut sums),
+                        3 => tile::<3>(x, k, (g, r0), &panel, seg, &mut sums),
+                        2 => tile::<2>(x, k, (g, r0), &panel, seg, &mut sums),
+                        _ => tile::<1>(x, k, (g, r0), &panel, seg, &mut sums),
                     }
                 }
             }
@@ -297,24 +303,26 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     ]
 }
 
-/// `R` permuted x rows (`x`, `[R, k]`) against one panel: `sums[l][r]` = segment `l` of row
-/// `r`'s dot with each of the panel's 16 rows, accumulated in inner order from zero.
+/// `R` permuted x rows, rows `r0..r0 + R` of the `g` rows interleaved in `x` (`[k, g]`, see
+/// [`permute_rows`]), against one panel: `sums[l][r]` = segment `l` of row `r0 + r`'s dot
+/// with each of the panel's 16 rows, accumulated in inner order from zero.
 #[target_feature(enable = "avx2,fma")]
 fn tile<const R: usize>(
     x: &[f32],
     k: usize,
-    stride: usize,
+    (g, r0): (usize, usize),
     panel: &[f32],
     seg: Segments,
     sums: &mut [[[f32; PANEL]; MAX_ROWS]; LANES],
 ) {
-    assert!(R <= TILE_ROWS && x.len() >= R * stride && stride >= k && panel.len() >= k * PANEL);
+    assert!(R <= TILE_ROWS && r0 + R <= g && x.len() >= g * k && panel.len() >= k * PANEL);
     let xp = x.as_ptr();
     let wp = panel.as_ptr();
     for (l, sum) in sums.iter_mut().enumerate() {
         let (s, len) = (seg.start(l), seg.len(l));
         // SAFETY: segment `l` lies at `s..s + len` with `s + len <= k` (the segments tile
-        // `0..k`), so every x read `r * stride + s + t` is below `R * stride <= x.len()`; its `t`-th
+        // `0..k`), so every x read `(s + t) * g + r0 + r` is below `k * g <= x.len()` (`r0 + r <
+        // g`); its `t`-th
         // element is inner element `16 t + l < k`, so every panel read
         // `(16 t + l) * PANEL + 0..16` is below `k * PANEL <= panel.len()` (asserted above);
         // the stores go to `sum[r]`, 16 f32s for `r < R <= TILE_ROWS`. All unaligned.
@@ -325,7 +333,7 @@ fn tile<const R: usize>(
                 let w0 = _mm256_loadu_ps(wp.add(at));
                 let w1 = _mm256_loadu_ps(wp.add(at + 8));
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let xb = _mm256_broadcast_ss(&*xp.add(r * stride + s + t));
+                    let xb = _mm256_broadcast_ss(&*xp.add((s + t) * g + r0 + r));
                     a[0] = _mm256_fmadd_ps(xb, w0, a[0]);
                     a[1] = _mm256_fmadd_ps(xb, w1, a[1]);
                 }
@@ -343,7 +351,7 @@ fn tile<const R: usize>(
 fn tile_avx512<const R: usize>(
     x: &[f32],
     k: usize,
-    stride: usize,
+    (g, r0): (usize, usize),
     panel: &[f32],
     seg: Segments,
     sums: &mut [[[f32; PANEL]; MAX_ROWS]; LANES],
@@ -352,20 +360,23 @@ fn tile_avx512<const R: usize>(
         __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
         _mm512_storeu_ps,
     };
-    assert!(R <= WIDE_ROWS && x.len() >= R * stride && stride >= k && panel.len() >= k * PANEL);
+    assert!(R <= WIDE_ROWS && r0 + R <= g && x.len() >= g * k && panel.len() >= k * PANEL);
     let xp = x.as_ptr();
     let wp = panel.as_ptr();
     for (l, sum) in sums.iter_mut().enumerate() {
         let (s, len) = (seg.start(l), seg.len(l));
-        // SAFETY: as in `tile`: every x read `r * stride + s + t` is below `R * stride`,
+        // SAFETY: as in `tile`: every x read `(s + t) * g + r0 + r` is below `k * g`,
         // every panel read `(16 t + l) * PANEL + 0..16` below `k * PANEL <= panel.len()`
         // (asserted above), and the stores go to `sum[r]`, 16 f32s for `r < R <= MAX_ROWS`.
         unsafe {
             let mut acc: [__m512; R] = [_mm512_setzero_ps(); R];
+            let mut at = xp.add(s * g + r0);
             for t in 0..len {
                 let wv = _mm512_loadu_ps(wp.add((t * LANES + l) * PANEL));
+                let xt = at;
+                at = at.add(g);
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let xb = _mm512_set1_ps(*xp.add(r * stride + s + t));
+                    let xb = _mm512_set1_ps(*xt.add(r));
                     *a = _mm512_fmadd_ps(xb, wv, *a);
                 }
             }

@@ -168,8 +168,8 @@ fn linear_is_bit_identical_for_any_thread_count_and_instruction_set() {
 
 #[test]
 fn many_rows_keep_every_output_bit_of_the_fixed_order_dot() {
-    // From 24 rows `linear` takes the panel kernel (x permuted into lane segments, rows a
-    // cache line more than k apart, weights packed 16 rows at a time): every remainder of the
+    // From 24 rows `linear` takes the panel kernel (x permuted into lane segments and
+    // interleaved 12 rows at a time, weights packed 16 rows at a time): every remainder of the
     // 6-row AVX2 and 12-row AVX-512 tiles, inner sizes with and
     // without a tail and below one lane block, partial panels, each dtype and `linear_t`, and
     // the head's `linear_argmax` must all give the bits of `simd::dot` and of one thread.
