@@ -333,8 +333,8 @@ impl<'a> Lhs<'a> {
 }
 
 /// Whether `m` x rows go through the panel kernel on this CPU (AVX2 or AVX-512: on an AMD
-/// EPYC, Zen 4, its AVX-512 tile beats the wide-register tile kernel from 32 rows up, 146 ->
-/// 188 GFLOP/s at 512 rows; docs/performance.md).
+/// EPYC, Zen 4, its AVX-512 tile beats the wide-register tile kernel from 32 rows up, 146
+/// against 150-188 GFLOP/s at 512 rows over several runs of a noisy host; docs/performance.md).
 #[cfg(target_arch = "x86_64")]
 fn takes_panels(cpu: Cpu, m: usize) -> bool {
     cpu.isa() >= Isa::Avx2Fma && m >= panel::MIN_ROWS
@@ -395,7 +395,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
                 return Ok(vec![id]);
             }
         } else {
-            return Ok(screened_argmax_many(cpu, x, m, w, &src));
+            return Ok(screened_argmax_many(cpu, x, m, w));
         }
     }
     Ok(argmax_all(cpu, x, m, k, n, &src))
@@ -483,14 +483,12 @@ fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, weight: &Weight) -> Opt
 /// rows the screen leaves out (an x it cannot bound, or too many candidates) scored against
 /// every weight row, together. Every output is the same dot product in either case, so the ids
 /// are those of the full pass.
-fn screened_argmax_many(
-    cpu: Cpu,
-    x: &[f32],
-    m: usize,
-    weight: &Weight,
-    w: &WeightRows<'_>,
-) -> Vec<u32> {
+fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u32> {
     let k = x.len() / m;
+    let w = WeightRows {
+        bytes: weight.bytes(),
+        dtype: weight.dtype(),
+    };
     let screen = weight.screen();
     let lists = screen.candidates_many(cpu.isa(), x, m);
     let limit = screen.rows() / SCREEN_MAX_SHARE_MANY;
@@ -532,7 +530,7 @@ fn screened_argmax_many(
         // next to its screen.
         for start in (0..n).step_by(SCREEN_FULL_SPAN) {
             let span = start..(start + SCREEN_FULL_SPAN).min(n);
-            let part = argmax_cols(cpu, &lhs, rest.len(), k, span, w);
+            let part = argmax_cols(cpu, &lhs, rest.len(), k, span, &w);
             for (b, p) in best.iter_mut().zip(part) {
                 *b = b.then(p);
             }

@@ -127,6 +127,21 @@ pub(super) struct XBytes {
     pub(super) mag: Vec<u8>,
     pub(super) wide: Vec<i16>,
     pub(super) channels: Vec<usize>,
+    /// `Σ_t q[i * k + t]` of each row, for the VNNI tile's offset: found on first use, once
+    /// per batch rather than once per block of weight rows.
+    pub(super) sums: std::sync::OnceLock<Vec<i32>>,
+}
+
+impl XBytes {
+    /// The rows' sums of `q` (rows of `k`).
+    fn sums(&self, k: usize) -> &[i32] {
+        self.sums.get_or_init(|| {
+            self.q
+                .chunks_exact(k.max(1))
+                .map(|row| row.iter().map(|&v| i32::from(v as i8)).sum())
+                .collect()
+        })
+    }
 }
 
 /// `out[i * rows + j] = Σ_t q[i * k + t] · w[j * k + t] + Σ_c wide[i * WIDE + c] · w[j * k +
@@ -330,14 +345,7 @@ fn dots_vnni(
         r => (1u64 << r) - 1,
     };
     let flip = _mm512_set1_epi8(i8::MIN);
-    let sums_q: Vec<i32> = (0..m)
-        .map(|i| {
-            q[i * k..(i + 1) * k]
-                .iter()
-                .map(|&v| i32::from(v as i8))
-                .sum()
-        })
-        .collect();
+    let sums_q = x.sums(k);
     let mut j = 0;
     while j < grouped {
         let wr: [&[u8]; VNNI_W] = std::array::from_fn(|c| &w[(j + c) * k..(j + c + 1) * k]);
@@ -455,6 +463,7 @@ mod tests {
                 mag,
                 wide,
                 channels,
+                sums: Default::default(),
             },
             w,
         )

@@ -289,6 +289,7 @@ impl Screen {
             mag: vec![0; m_pad * k],
             wide: vec![0; m_pad * int8::WIDE],
             channels: Vec::new(),
+            sums: Default::default(),
         };
         let norms: Vec<Option<(f64, f64)>> = x.chunks_exact(k).map(|r| self.x_norms(r)).collect();
         let covered: Vec<bool> = norms.iter().map(Option::is_some).collect();
