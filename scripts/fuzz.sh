@@ -62,6 +62,8 @@ seed_files() {
     attestation) echo "$demo/evidence.json"; ls tests/fixtures/attestation/*.bin tests/fixtures/attestation/tdx_quote ;;
     audit_log) echo "$demo/state/audit.jsonl" ;;
     engine) ls engines/*.eng ;;
+    sealed_file) ls "$demo"/*.age "$demo"/out/*.age; echo "$seeds/sealed-choices" ;;
+    engine_structured) echo "$seeds/engine-choices" ;;
   esac
 }
 cat >"$seeds/openai.jsonl" <<'EOF'
@@ -69,6 +71,10 @@ cat >"$seeds/openai.jsonl" <<'EOF'
 {"custom_id": "request-2", "method": "POST", "url": "/v1/completions", "body": {"prompt": [2, 5, 7], "max_completion_tokens": 4, "top_k": -1, "stream": false, "logprobs": null}}
 EOF
 
+# Choice strings for the structured targets: a sealed file for us and one for others, armored;
+# a program with helpers, bodies and regions.
+printf '\003\002\020\000\000private-bytes' >"$seeds/sealed-choices"
+printf '\000\001\000\000\000\003\002\003\001\001\002\011\010\012\003\004\005\377\200\011\012\013' >"$seeds/engine-choices"
 report="$seeds/report"
 crashed=0
 printf '%-14s %14s %10s %8s %8s\n' target executions exec/s coverage crashes >"$report"

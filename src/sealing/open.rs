@@ -76,11 +76,27 @@ fn describe_stanzas(binary: &[u8]) -> String {
     if tags.is_empty() {
         return "no recipients".into();
     }
-    tags.iter()
+    // The header is the sender's to write: a few kinds are named, the rest only counted, so a
+    // header of many made-up tags cannot make the refusal as long as the file.
+    let mut said: Vec<String> = tags
+        .iter()
+        .take(NAMED_KINDS)
         .map(|(tag, n)| format!("{n} {tag} recipient{}", if *n == 1 { "" } else { "s" }))
-        .collect::<Vec<_>>()
-        .join(" and ")
+        .collect();
+    let unnamed: usize = tags.values().skip(NAMED_KINDS).sum();
+    if unnamed > 0 {
+        let kinds = tags.len() - NAMED_KINDS;
+        said.push(format!(
+            "{unnamed} recipient{} of {kinds} other kind{}",
+            if unnamed == 1 { "" } else { "s" },
+            if kinds == 1 { "" } else { "s" }
+        ));
+    }
+    said.join(" and ")
 }
+
+/// Recipient kinds a refusal names one by one.
+const NAMED_KINDS: usize = 3;
 
 /// The plaintext of the age file `bytes`, for `key`, at most `cap` bytes, in zeroizing memory.
 pub fn open(bytes: &[u8], key: &SealKey, cap: u64) -> Result<Zeroizing<Vec<u8>>, OpenError> {
@@ -180,5 +196,20 @@ mod tests {
             out
         };
         assert_eq!(open(&passphrase, &ours, 100), Err(OpenError::Passphrase));
+    }
+
+    #[test]
+    fn a_header_of_many_kinds_is_described_in_a_bounded_line() {
+        let mut header = b"age-encryption.org/v1\n".to_vec();
+        for i in 0..500 {
+            header.extend_from_slice(format!("-> kind{i:03} x\nAAAA\n").as_bytes());
+        }
+        header.extend_from_slice(b"-> X25519 a\nAAAA\n--- mac\n");
+        let said = describe_stanzas(&header);
+        assert_eq!(
+            said,
+            "1 X25519 recipient and 1 kind000 recipient and 1 kind001 recipient and \
+             498 recipients of 498 other kinds"
+        );
     }
 }

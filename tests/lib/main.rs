@@ -10,6 +10,8 @@ mod common {
 
 mod attestation;
 mod canonical_diff;
+mod engine_differential;
+mod engine_gen;
 mod engine_layers;
 mod gguf;
 mod job_files;
@@ -20,6 +22,7 @@ mod reapproval;
 mod repo_certs;
 mod restrict_fuzz;
 mod restrict_run;
+mod restrict_structured;
 mod restrict_verify;
 mod tokenizer;
 mod trust_props;
