@@ -653,14 +653,23 @@ fn columns_on<S: Rows>(
             panel::columns_avx512(xp, m, k, w, out);
             return;
         }
-        // A single row is bound by memory bandwidth, where wider registers gain nothing.
+        // One row of blocks is bound by their decode: sixteen values per register.
+        if m == 1 {
+            if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| d.is_quantized()) {
+                let cols = out.cols();
+                if quant::gemv_blocks_avx512(dtype, lhs.x, bytes, k, cols, out.row(0)) {
+                    return;
+                }
+            }
+        }
+        // One row of floats is bound by memory bandwidth, where wider registers gain nothing.
         // SAFETY: as in `avx2`.
         if unsafe { row_gemv(lhs.x, m, k, w, out) } {
             return;
         }
         let few = |d: DType| d.is_quantized() && quant::takes_registers_avx512(d, m);
         if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| few(*d)) {
-            if quant::gemm_blocks_avx2(dtype, lhs.x, m, k, bytes, out) {
+            if quant::gemm_blocks_avx512(dtype, lhs.x, m, k, bytes, out) {
                 return;
             }
         }

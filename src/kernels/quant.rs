@@ -29,9 +29,13 @@ use super::simd::{f16_to_f32, Cpu, Isa};
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
 mod gemv;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::read_avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::{gemm_blocks_avx512, gemv_blocks_avx512, read_avx512};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use gemv::{
     gemm_blocks_avx2, gemv_blocks_avx2, takes_registers, takes_registers_avx512,
@@ -42,6 +46,13 @@ pub(crate) const MAX_BLOCK: usize = 256;
 
 /// [`read`] on the best decoders `cpu` runs (the same values on every set).
 pub(crate) fn read_on(cpu: Cpu, dtype: DType, bytes: &[u8], start: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if cpu.isa() >= Isa::Avx512 {
+        // SAFETY: a `Cpu` at `Avx512` means AVX-512F as well as AVX2, FMA and F16C were
+        // confirmed.
+        unsafe { read_avx512(dtype, bytes, start, out) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if cpu.isa() >= Isa::Avx2Fma {
         // SAFETY: only detection makes a `Cpu`, and one at `Avx2Fma` or above means AVX2, FMA

@@ -270,7 +270,7 @@ impl Blocks for Q5_0 {
 /// The nibbles `(v >> shift) & 15` of each byte of `v`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn nibbles(v: __m256i, shift: i32) -> __m256i {
+pub(super) fn nibbles(v: __m256i, shift: i32) -> __m256i {
     let shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
     _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
 }
@@ -370,7 +370,7 @@ impl Blocks for Q6K {
 /// Bytes `b[..32]` as one vector.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn load32(b: &[u8]) -> __m256i {
+pub(super) fn load32(b: &[u8]) -> __m256i {
     let b = &b[..32];
     // SAFETY: `b` holds exactly 32 bytes (one unaligned load).
     unsafe { _mm256_loadu_si256(b.as_ptr().cast::<__m256i>()) }

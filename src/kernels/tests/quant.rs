@@ -1,4 +1,4 @@
-//! The block formats: the AVX2 decoders against the scalar ones (which the GGUF fixture tests
+//! The block formats: the AVX2 and AVX-512 decoders against the scalar ones (which the GGUF fixture tests
 //! hold to gguf-py's values), and `linear` on blocks against `linear_t` on the decoded f32
 //! matrix, on every instruction set, thread count and batch size.
 
@@ -52,14 +52,11 @@ fn decoded(w: &Weight) -> Tensor {
 }
 
 #[test]
-fn avx2_decoders_give_the_scalar_decoders_bits() {
-    let cpu = simd::limit(simd::Isa::Avx2Fma);
-    if cpu.isa() != simd::Isa::Avx2Fma {
-        eprintln!("skipped: this CPU has no AVX2");
-        return;
-    }
+fn simd_decoders_give_the_scalar_decoders_bits() {
     let mut rng = Rng::new(18);
-    for dtype in quantized_dtypes() {
+    let every = simd::available().into_iter();
+    for (isa, dtype) in every.flat_map(|isa| quantized_dtypes().map(move |d| (isa, d))) {
+        let cpu = simd::limit(isa);
         let bytes = blocks(dtype, 64, &mut rng);
         let n = 64 * dtype.block_elems();
         let mut scalar = vec![0.0f32; n];
@@ -72,7 +69,7 @@ fn avx2_decoders_give_the_scalar_decoders_bits() {
                 .map(|v| v.to_bits())
                 .collect();
             let got: Vec<u32> = fast.iter().map(|v| v.to_bits()).collect();
-            assert_eq!(got, want, "{dtype} {start}+{len}");
+            assert_eq!(got, want, "{dtype} {isa:?} {start}+{len}");
         }
     }
 }
@@ -80,17 +77,21 @@ fn avx2_decoders_give_the_scalar_decoders_bits() {
 #[test]
 fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     let mut rng = Rng::new(19);
-    for dtype in quantized_dtypes() {
-        let (n, k) = (40, 2 * 256);
+    // k = 2048 makes the few-row kernels split 8 x rows into passes; 13 rows leave remainders.
+    for (dtype, (n, k)) in quantized_dtypes().flat_map(|d| [(d, (40, 512)), (d, (13, 2048))]) {
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
-        for m in [1, 3, 8, 16, 30] {
+        for m in [1, 2, 3, 5, 8, 16, 30] {
             let x = tensor(&[m, k], &mut rng, 1.5);
             let want = bits(&linear_t(&x, &dense).expect("shapes"));
             for isa in simd::available() {
                 for threads in [1, 2, 3] {
                     let got = with_threads(threads, || linear_on(isa, &x, &w)).expect("shapes");
-                    assert_eq!(bits(&got), want, "{dtype} m={m} {isa:?} {threads} threads");
+                    assert_eq!(
+                        bits(&got),
+                        want,
+                        "{dtype} {m}x{k} {isa:?} {threads} threads"
+                    );
                 }
             }
             let ids = linear_argmax(&x, &w).expect("shapes");

@@ -1,0 +1,411 @@
+//! The block decoders on AVX-512, sixteen values per vector, and the kernels that multiply one
+//! or a few x rows by blocks decoded straight into those registers.
+//!
+//! At batch 1 (and a few rows) a step on quantized weights is bound by decoding, not by
+//! memory: on an AVX-512 Xeon the AVX2 decoders feed `linear` at 6 GB/s of Q5_0 blocks out of
+//! 14-20 GB/s read bandwidth. A decoded group of 32 is two vectors here instead of four, and
+//! Q5_0's fifth bits become two mask registers instead of four compare-and-mask steps.
+//!
+//! The values are the AVX2 decoders' and the scalar ones' (the same integer steps, then the same
+//! IEEE convert, multiply and, for the K formats, separate subtract). The dot products keep the
+//! order of every `linear` path: element `e` goes to lane `e % 16` in ascending order and the
+//! lanes are summed by `simd::reduce_lanes`' tree; a group's first vector holds its elements
+//! 0-15 and its second 16-31, both into the same sixteen-lane accumulator.
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::{
+    __m128i, __m256i, __m512, __m512i, _mm256_and_si256, _mm256_castsi256_si128,
+    _mm256_extracti128_si256, _mm256_or_si256, _mm256_set1_epi8, _mm256_slli_epi16,
+    _mm256_srl_epi16, _mm256_sub_epi8, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32,
+    _mm512_cvtepu8_epi32, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_or_epi32, _mm512_mul_ps,
+    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_srli_epi32, _mm512_storeu_ps,
+    _mm512_sub_epi32, _mm512_sub_ps, _mm_cvtsi32_si128, _mm_loadu_si128,
+};
+use std::ops::Range;
+
+use super::avx2::{by_format, load32, nibbles, Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use super::{decode_block, for_blocks};
+use crate::kernels::dtype::DType;
+use crate::kernels::parallel::ColumnsMut;
+use crate::kernels::simd::{self, LANES};
+
+/// [`super::read`] with the block formats decoded sixteen values at a time. Callers outside
+/// this module's features call it only after detecting AVX-512F, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn read_avx512(dtype: DType, bytes: &[u8], start: usize, out: &mut [f32]) {
+    if !dtype.is_quantized() {
+        super::read(dtype, bytes, start, out);
+        return;
+    }
+    for_blocks(dtype, bytes, start, out, |b, o| block_avx512(dtype, b, o));
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn block_avx512(dtype: DType, b: &[u8], out: &mut [f32]) {
+    by_format!(dtype, B => store_block::<B>(b, out), floats => decode_block(floats, b, out))
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn store_block<B: Blocks512>(b: &[u8], out: &mut [f32]) {
+    let shared = B::prepare(b);
+    for (g, dst) in out[..32 * B::GROUPS].chunks_exact_mut(32).enumerate() {
+        // SAFETY: this function's features are the ones `group512` needs.
+        let v = unsafe { B::group512(b, &shared, g) };
+        // SAFETY: `dst` holds exactly 32 f32s: two unaligned 16-wide stores.
+        unsafe {
+            _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
+            _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
+        }
+    }
+}
+
+/// A block format's AVX-512 decoder, beside its AVX2 one ([`Blocks`]: sizes and shared parts).
+pub(crate) trait Blocks512: Blocks {
+    /// Elements `32 g .. 32 g + 16` and `32 g + 16 .. 32 g + 32` of block `b`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2, FMA and F16C.
+    unsafe fn group512(b: &[u8], shared: &Self::Shared, g: usize) -> [__m512; 2];
+}
+
+/// Sixteen i32 values `q` times `d`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn scaled(q: __m512i, d: __m512) -> __m512 {
+    _mm512_mul_ps(d, _mm512_cvtepi32_ps(q))
+}
+
+/// Sixteen values `ds * q - dm`: a multiply, then a subtract (never fused).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn affine(q: __m512i, ds: __m512, dm: __m512) -> __m512 {
+    _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(q)), dm)
+}
+
+/// Bytes `b[..16]`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn load16(b: &[u8]) -> __m128i {
+    let b = &b[..16];
+    // SAFETY: `b` holds exactly 16 bytes (one unaligned load).
+    unsafe { _mm_loadu_si128(b.as_ptr().cast::<__m128i>()) }
+}
+
+/// The 32 nibbles of 16 bytes in element order: low nibbles (elements 0-15), then high.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn nibbles32(qs: &[u8]) -> [__m512i; 2] {
+    let wide = _mm512_cvtepu8_epi32(load16(qs));
+    [
+        _mm512_and_si512(wide, _mm512_set1_epi32(0x0f)),
+        _mm512_srli_epi32::<4>(wide),
+    ]
+}
+
+impl Blocks512 for Q8_0 {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let d = _mm512_set1_ps(*d);
+            [
+                scaled(_mm512_cvtepi8_epi32(load16(&b[2..18])), d),
+                scaled(_mm512_cvtepi8_epi32(load16(&b[18..34])), d),
+            ]
+        }
+    }
+}
+
+impl Blocks512 for Q4_0 {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let (d, eight) = (_mm512_set1_ps(*d), _mm512_set1_epi32(8));
+            let q = nibbles32(&b[2..18]);
+            [
+                scaled(_mm512_sub_epi32(q[0], eight), d),
+                scaled(_mm512_sub_epi32(q[1], eight), d),
+            ]
+        }
+    }
+}
+
+impl Blocks512 for Q5_0 {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let d = _mm512_set1_ps(*d);
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let sixteen = _mm512_set1_epi32(16);
+            let q = nibbles32(&b[6..22]);
+            // Bit i of qh is element i's fifth bit: lane l of the first vector takes bit l, of
+            // the second bit 16 + l, as one mask register each.
+            let fifth = |q: __m512i, k: u32| _mm512_mask_or_epi32(q, k as u16, q, sixteen);
+            [
+                scaled(_mm512_sub_epi32(fifth(q[0], qh & 0xffff), sixteen), d),
+                scaled(_mm512_sub_epi32(fifth(q[1], qh >> 16), sixteen), d),
+            ]
+        }
+    }
+}
+
+// The K formats do their bit work on 32 bytes at once, then widen: a widening is a shuffle,
+// and on Intel's cores shuffles share a port with 512-bit arithmetic.
+
+/// The 32 bytes of `q` (one value each) widened to two vectors of i32 lanes, signed or not.
+#[target_feature(enable = "avx512f,avx2")]
+#[inline]
+fn widen<const SIGNED: bool>(q: __m256i) -> [__m512i; 2] {
+    let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+    if SIGNED {
+        [_mm512_cvtepi8_epi32(lo), _mm512_cvtepi8_epi32(hi)]
+    } else {
+        [_mm512_cvtepu8_epi32(lo), _mm512_cvtepu8_epi32(hi)]
+    }
+}
+
+/// Bit `shift` of each of 32 bytes, as 16 (the fifth bit of a value).
+#[target_feature(enable = "avx512f,avx2")]
+#[inline]
+fn fifth_bits(qh: __m256i, shift: i32) -> __m256i {
+    let bit = _mm256_and_si256(
+        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)),
+        _mm256_set1_epi8(1),
+    );
+    _mm256_slli_epi16::<4>(bit)
+}
+
+impl Blocks512 for Q4K {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F and AVX2.
+        unsafe {
+            let (ds, dm) = (_mm512_set1_ps(f[g].0), _mm512_set1_ps(f[g].1));
+            let q = nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
+            let v = widen::<false>(q);
+            [affine(v[0], ds, dm), affine(v[1], ds, dm)]
+        }
+    }
+}
+
+impl Blocks512 for Q5K {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F and AVX2.
+        unsafe {
+            let (ds, dm) = (_mm512_set1_ps(f[g].0), _mm512_set1_ps(f[g].1));
+            let low = nibbles(load32(&b[48 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
+            let q = _mm256_or_si256(low, fifth_bits(load32(&b[16..48]), g as i32));
+            let v = widen::<false>(q);
+            [affine(v[0], ds, dm), affine(v[1], ds, dm)]
+        }
+    }
+}
+
+impl Blocks512 for Q6K {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], ds: &[f32; 16], c: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F and AVX2.
+        unsafe {
+            let (h, s) = (c / 4, c % 4);
+            let low = nibbles(load32(&b[64 * h + 32 * (s % 2)..]), 4 * (s as i32 / 2));
+            let high = _mm256_and_si256(
+                _mm256_srl_epi16(load32(&b[128 + 32 * h..]), _mm_cvtsi32_si128(2 * s as i32)),
+                _mm256_set1_epi8(3),
+            );
+            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+            // 0..63 less 32 fits a signed byte: subtract before widening.
+            let v = widen::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(32)));
+            [
+                scaled(v[0], _mm512_set1_ps(ds[2 * c])),
+                scaled(v[1], _mm512_set1_ps(ds[2 * c + 1])),
+            ]
+        }
+    }
+}
+
+/// Weight rows one x row meets at a time: their accumulators are independent chains, enough
+/// to hide the multiply-add latency behind the decode.
+const ROWS: usize = 4;
+
+/// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
+/// for a float dtype. Callers outside this module's features call it only after detecting
+/// AVX-512F, AVX2, FMA and F16C.
+///
+/// Panics if `out` is not `cols.len()` long, `x` is shorter than `k`, `k` is not whole blocks,
+/// or `bytes` does not hold the rows `cols`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn gemv_blocks_avx512(
+    dtype: DType,
+    x: &[f32],
+    bytes: &[u8],
+    k: usize,
+    cols: Range<usize>,
+    out: &mut [f32],
+) -> bool {
+    by_format!(dtype, B => rows::<B>(x, bytes, k, cols, out), _floats => return false);
+    true
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &mut [f32]) {
+    let elems = 32 * B::GROUPS;
+    assert_eq!(out.len(), cols.len(), "gemv output length");
+    assert!(k.is_multiple_of(elems), "gemv rows must be whole blocks");
+    let x = &x[..k];
+    let row_bytes = k / elems * B::BYTES;
+    let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
+    let mut chunks = out.chunks_exact_mut(ROWS);
+    let mut at = 0;
+    for o in &mut chunks {
+        let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
+        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w)) {
+            *o = simd::reduce_lanes(&lanes);
+        }
+        at += ROWS;
+    }
+    for o in chunks.into_remainder() {
+        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]]);
+        *o = simd::reduce_lanes(&lanes[0]);
+        at += 1;
+    }
+}
+
+/// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`.
+#[inline(always)]
+fn dots<B: Blocks512, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R] {
+    let elems = 32 * B::GROUPS;
+    let blocks = x.len() / elems;
+    for row in &w {
+        assert_eq!(row.len(), blocks * B::BYTES, "gemv weight row length");
+    }
+    // Every unsafe block below relies on the asserts above (each row is `blocks` whole blocks,
+    // `x` is `blocks * elems` f32s) and on the only callers being `target_feature` functions
+    // requiring AVX-512F, AVX2, FMA and F16C, into which this is inlined.
+    // SAFETY: a register intrinsic; it touches no memory.
+    let mut acc: [__m512; R] = [unsafe { _mm512_setzero_ps() }; R];
+    for b in 0..blocks {
+        let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
+        // SAFETY: each `blk[r]` is one whole block; the callers enable F16C.
+        let shared: [B::Shared; R] = std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) });
+        for g in 0..B::GROUPS {
+            let at = b * elems + 32 * g;
+            // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
+            let (x0, x1) = unsafe {
+                let p = x.as_ptr().add(at);
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            };
+            for r in 0..R {
+                // SAFETY: `blk[r]` is one whole block (asserted lengths above).
+                let v = unsafe { B::group512(blk[r], &shared[r], g) };
+                // SAFETY: register intrinsics.
+                acc[r] = unsafe { _mm512_fmadd_ps(x1, v[1], _mm512_fmadd_ps(x0, v[0], acc[r])) };
+            }
+        }
+    }
+    let mut lanes = [[0.0f32; LANES]; R];
+    for (l, a) in lanes.iter_mut().zip(&acc) {
+        // SAFETY: `l` holds 16 f32s: one unaligned store.
+        unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *a) };
+    }
+    lanes
+}
+
+/// Most x rows one weight row's decoded groups are multiplied into at a time: one accumulator
+/// each, the two decoded vectors and two x vectors in 32 zmm registers with room to spare.
+const X_ROWS: usize = 8;
+
+/// Bytes of x rows one pass streams per weight row: more evict each other from L1 (a Xeon's
+/// 48 KiB), and re-decoding the row for a second pass costs less than the misses.
+const X_PASS_BYTES: usize = 32 << 10;
+
+/// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows and a block-format
+/// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows; false
+/// (nothing written) for a float dtype. The order per output is [`gemv_blocks_avx512`]'s.
+/// Callers outside this module's features call it only after detecting AVX-512F, AVX2, FMA and
+/// F16C.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn gemm_blocks_avx512(
+    dtype: DType,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    bytes: &[u8],
+    out: &mut ColumnsMut<'_>,
+) -> bool {
+    by_format!(dtype, B => multi::<B>(x, m, k, bytes, out), _floats => return false);
+    true
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn multi<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut ColumnsMut<'_>) {
+    let elems = 32 * B::GROUPS;
+    assert!(k.is_multiple_of(elems), "gemm rows must be whole blocks");
+    let x = &x[..m * k];
+    let row_bytes = k / elems * B::BYTES;
+    let cols = out.cols();
+    let per_pass = (X_PASS_BYTES / (4 * k)).clamp(1, X_ROWS);
+    let mut sums = [[0.0f32; LANES]; X_ROWS];
+    for j in cols.clone() {
+        let w = &bytes[j * row_bytes..][..row_bytes];
+        let mut i0 = 0;
+        while i0 < m {
+            let rows = per_pass.min(m - i0);
+            let xs = &x[i0 * k..(i0 + rows) * k];
+            match rows {
+                8 => sums = dots_x::<B, 8>(xs, k, w),
+                7 => sums[..7].copy_from_slice(&dots_x::<B, 7>(xs, k, w)),
+                6 => sums[..6].copy_from_slice(&dots_x::<B, 6>(xs, k, w)),
+                5 => sums[..5].copy_from_slice(&dots_x::<B, 5>(xs, k, w)),
+                4 => sums[..4].copy_from_slice(&dots_x::<B, 4>(xs, k, w)),
+                3 => sums[..3].copy_from_slice(&dots_x::<B, 3>(xs, k, w)),
+                2 => sums[..2].copy_from_slice(&dots_x::<B, 2>(xs, k, w)),
+                _ => sums[..1].copy_from_slice(&dots_x::<B, 1>(xs, k, w)),
+            }
+            for (r, lanes) in sums[..rows].iter().enumerate() {
+                out.row(i0 + r)[j - cols.start] = simd::reduce_lanes(lanes);
+            }
+            i0 += rows;
+        }
+    }
+}
+
+/// The 16 lane sums of `x_r · w` for `R` x rows (`xs`, `[R, k]`) and one weight row `w` of
+/// whole blocks.
+#[inline(always)]
+fn dots_x<B: Blocks512, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; LANES]; R] {
+    let elems = 32 * B::GROUPS;
+    let blocks = k / elems;
+    assert!(
+        xs.len() >= R * k && w.len() == blocks * B::BYTES,
+        "gemm operand lengths"
+    );
+    // As in `dots`: the assert bounds every read, and the callers enable the features.
+    // SAFETY: a register intrinsic; it touches no memory.
+    let mut acc: [__m512; R] = [unsafe { _mm512_setzero_ps() }; R];
+    for b in 0..blocks {
+        let blk = &w[b * B::BYTES..][..B::BYTES];
+        let shared = B::prepare(blk);
+        for g in 0..B::GROUPS {
+            // SAFETY: `blk` is one whole block.
+            let v = unsafe { B::group512(blk, &shared, g) };
+            let at = b * elems + 32 * g;
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: reads `xs[r * k + at..][..32]`, inside row `r` (`at + 32 <= k`).
+                unsafe {
+                    let p = xs.as_ptr().add(r * k + at);
+                    *a = _mm512_fmadd_ps(_mm512_loadu_ps(p), v[0], *a);
+                    *a = _mm512_fmadd_ps(_mm512_loadu_ps(p.add(16)), v[1], *a);
+                }
+            }
+        }
+    }
+    let mut lanes = [[0.0f32; LANES]; R];
+    for (l, a) in lanes.iter_mut().zip(&acc) {
+        // SAFETY: `l` holds 16 f32s: one unaligned store.
+        unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *a) };
+    }
+    lanes
+}
