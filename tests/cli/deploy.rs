@@ -1,7 +1,8 @@
 //! The Kubernetes manifests in deploy/kubernetes run the command line as it is: every container's
 //! arguments parse with the runner's own parser, the shard count is the Job's completions, the
 //! environment names the variables the runner reads, and the pod failure policy fails an index
-//! on exactly the refusal exit codes.
+//! on exactly the refusal exit codes. The container build copies every file the binary is
+//! built from.
 
 use runner::cli::Cli;
 use serde_yaml::Value;
@@ -119,4 +120,92 @@ fn the_merge_step_runs_the_cli_as_it_is() {
         .last()
         .unwrap()
         .starts_with(outputs["mountPath"].as_str().unwrap()));
+}
+
+/// The paths the Dockerfile's build stage copies from the repository (every `COPY` before the
+/// second `FROM`, less its destination), and the version of its Rust image.
+fn build_stage() -> (Vec<String>, (u32, u32)) {
+    let text = std::fs::read_to_string(root().join("deploy/container/Dockerfile")).unwrap();
+    let mut copied = Vec::new();
+    let mut rust = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(image) = line.strip_prefix("FROM ") {
+            if rust.is_some() {
+                break;
+            }
+            let tag = image
+                .strip_prefix("rust:")
+                .expect("the build stage is a Rust image");
+            let mut v = tag.split(['.', '-']).map(|p| p.parse::<u32>().unwrap());
+            rust = Some((v.next().unwrap(), v.next().unwrap()));
+        } else if let Some(args) = line.strip_prefix("COPY ") {
+            let parts: Vec<&str> = args.split_whitespace().collect();
+            let sources = &parts[..parts.len() - 1];
+            copied.extend(sources.iter().map(|s| s.trim_end_matches('/').to_owned()));
+        }
+    }
+    (copied, rust.expect("a FROM line"))
+}
+
+/// Every file under `dir` with a `.rs` name.
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_container_build_copies_every_file_the_binary_is_built_from() {
+    let (copied, rust) = build_stage();
+    let covered = |path: &str| {
+        copied
+            .iter()
+            .any(|c| path == c || path.starts_with(&format!("{c}/")))
+    };
+    for needed in ["Cargo.toml", "Cargo.lock", "src"] {
+        assert!(covered(needed), "the build stage does not copy {needed}");
+    }
+    // Files the sources pull in at compile time, resolved from the including file.
+    let root = root();
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let mut included = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for marker in ["include_str!(\"", "include_bytes!(\""] {
+            for (at, _) in text.match_indices(marker) {
+                let rest = &text[at + marker.len()..];
+                let rel = &rest[..rest.find('"').unwrap()];
+                let target = file.parent().unwrap().join(rel).canonicalize().unwrap();
+                let inside = target.strip_prefix(root.canonicalize().unwrap()).unwrap();
+                let inside = inside.to_str().unwrap().replace('\\', "/");
+                assert!(
+                    covered(&inside),
+                    "{} includes {inside}, which the container build does not copy \
+                     (add a COPY to deploy/container/Dockerfile)",
+                    file.display()
+                );
+                included += 1;
+            }
+        }
+    }
+    assert!(included >= 2, "the demo's engine and policy are included");
+    // The image's toolchain is at least the crate's declared minimum.
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let line = manifest
+        .lines()
+        .find(|l| l.starts_with("rust-version"))
+        .expect("Cargo.toml declares rust-version");
+    let version = line.split('"').nth(1).unwrap();
+    let mut v = version.split('.').map(|p| p.parse::<u32>().unwrap());
+    let needed = (v.next().unwrap(), v.next().unwrap());
+    assert!(
+        rust >= needed,
+        "rust:{rust:?} image below rust-version {version}"
+    );
 }
