@@ -7,7 +7,7 @@
 use runner::cli::Cli;
 use serde_yaml::Value;
 
-use crate::common::repo::root;
+use crate::common::repo::{root, rust_files};
 
 fn manifest(name: &str) -> Value {
     let text = std::fs::read_to_string(root().join("deploy/kubernetes").join(name)).unwrap();
@@ -145,18 +145,6 @@ fn build_stage() -> (Vec<String>, (u32, u32)) {
         }
     }
     (copied, rust.expect("a FROM line"))
-}
-
-/// Every file under `dir` with a `.rs` name.
-fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 #[test]

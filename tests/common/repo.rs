@@ -1,7 +1,7 @@
 //! Paths into this repository, and the cached tokenizer some tests need. Both test binaries
 //! include this file (`tests/lib` includes nothing else of the harness).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use runner::model::tokenizer::cached_tokenizer_path;
 
@@ -26,4 +26,16 @@ pub fn cached_tokenizer() -> PathBuf {
         cached.display()
     );
     cached
+}
+
+/// Every `.rs` file under `dir`, recursively, appended to `out`.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
 }

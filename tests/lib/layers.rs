@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::common::repo::root;
+use crate::common::repo::{root, rust_files};
 
 /// The layers, lowest first. A module uses only modules listed in an earlier layer (or itself).
 /// `lib.rs` and `main.rs` are the roots and may use anything.
@@ -25,17 +25,6 @@ type Module = Vec<String>;
 
 fn rank(top: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&top))
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// `src/a/b.rs` and `src/a/b/mod.rs` are `[a, b]`; `src/lib.rs` is `[]`.
