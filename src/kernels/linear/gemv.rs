@@ -17,7 +17,7 @@ use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
     _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_setzero_ps, _mm256_setzero_si256,
     _mm256_slli_epi32, _mm256_storeu_ps, _mm256_unpackhi_epi16, _mm256_unpacklo_epi16,
-    _mm_loadu_si128, _mm_prefetch, _MM_HINT_T0,
+    _mm_loadu_si128,
 };
 
 use std::ops::Range;
@@ -28,9 +28,6 @@ use crate::kernels::simd::{self, LANES};
 pub(crate) const F32: u8 = 0;
 pub(crate) const BF16: u8 = 1;
 pub(crate) const F16: u8 = 2;
-
-/// Bytes in a cache line, the unit of a software prefetch.
-const LINE: usize = 64;
 
 /// Weight rows whose accumulators stay in registers together (8 of the 16 ymm registers).
 const ROWS: usize = 4;
@@ -125,14 +122,7 @@ fn block<const D: u8, const R: usize>(
         };
         // The next block's share for this step: R rows × 16 elements, in address order.
         let step = R * LANES * size(D);
-        let mut line = 0;
-        while line < step {
-            // SAFETY: a prefetch is only a hint; an address past the weights never faults.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(kk * R * size(D) + line).cast())
-            };
-            line += LINE;
-        }
+        simd::prefetch(next.wrapping_add(kk * R * size(D)), step);
         for r in 0..R {
             // SAFETY: reads elements `kk..kk + 16` of `w[r]` (`kk + 16 <= full <= k`, and
             // `w[r]` holds `k` elements of dtype `D` by the assert), unaligned.

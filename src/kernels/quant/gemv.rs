@@ -53,21 +53,25 @@ fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &
     let mut at = 0;
     for o in &mut chunks {
         let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
-        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w)) {
+        let next = rows.as_ptr().wrapping_add((at + ROWS) * row_bytes);
+        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w, next)) {
             *o = simd::reduce_lanes(&lanes);
         }
         at += ROWS;
     }
     for o in chunks.into_remainder() {
-        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]]);
+        let next = rows.as_ptr().wrapping_add((at + 1) * row_bytes);
+        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]], next);
         *o = simd::reduce_lanes(&lanes[0]);
         at += 1;
     }
 }
 
-/// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`.
+/// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`. `next` is
+/// where the `R` rows after these start (the rows are contiguous): while block `b` of each row
+/// is decoded, `R` blocks' worth of the next rows is prefetched ([`simd::prefetch`]).
 #[inline(always)]
-fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R] {
+fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R], next: *const u8) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = x.len() / elems;
     for row in &w {
@@ -78,7 +82,9 @@ fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R]) -> [[f32; LANES]; R
     // requiring AVX2, FMA and F16C, into which this is inlined.
     // SAFETY: a register intrinsic of AVX; it touches no memory.
     let mut acc: [[__m256; 2]; R] = [[unsafe { _mm256_setzero_ps() }; 2]; R];
+    let step = R * B::BYTES;
     for b in 0..blocks {
+        simd::prefetch(next.wrapping_add(b * step), step);
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
         // SAFETY: each `blk[r]` is one whole block; the callers enable AVX2, FMA and F16C.
         let shared: [B::Shared; R] = std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) });
@@ -177,6 +183,8 @@ fn multi<B: Blocks>(
     let mut sums = [[0.0f32; LANES]; X_ROWS];
     for j in cols.clone() {
         let w = &bytes[j * row_bytes..][..row_bytes];
+        // The next row is on its way while this one meets every x row ([`simd::prefetch`]).
+        simd::prefetch(w.as_ptr().wrapping_add(row_bytes), row_bytes);
         let mut i0 = 0;
         while i0 < m {
             let rows = X_ROWS.min(m - i0);
