@@ -258,12 +258,14 @@ def main() -> int:
     ap.add_argument("--max-others", type=float, default=0.10,
                     help="a run during which other processes used more than this share of the CPUs is done again")
     ap.add_argument("--retries", type=int, default=2, help="at most this many repeats of a disturbed run")
-    ap.add_argument("--shape", default="?")
+    ap.add_argument("--shape", help="the shape's name in titles (default: the checkpoint's file name)")
     ap.add_argument("--svg", type=Path)
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--info", action="append", default=[], metavar="KEY=VALUE", help="header lines")
     args = ap.parse_args()
+    if args.shape is None:
+        args.shape = args.model.name
     batches = sorted({int(b) for b in args.batch.split(",") if b.strip()})
     if not batches or min(batches) < 1 or args.prompt < 1 or args.new < 2 or args.rounds < 1 or args.threads < 1:
         sys.exit("compare_llamacpp.py: need batch sizes >= 1, --prompt >= 1, --new >= 2, --rounds >= 1, --threads >= 1")
