@@ -6,13 +6,18 @@
 #
 #   scripts/soak.sh [N...]
 #
+# SOAK_NEW_TOKENS sets the new tokens per input (default 16): 1 measures memory against the
+# number of inputs in a fraction of the time.
+# RUNNER=PATH runs that binary instead of building this checkout's (to compare two builds).
 # Needs the `age` tool (scripts/install_age.sh) and GNU time (/usr/bin/time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("$@")
 [ ${#sizes[@]} -eq 0 ] && sizes=(1000 10000)
-cargo build --release --locked --bin runner >&2
-runner="$(pwd)/target/release/runner"
+if [ -z "${RUNNER:-}" ]; then
+  cargo build --release --locked --bin runner >&2
+fi
+runner="${RUNNER:-$(pwd)/target/release/runner}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$runner" demo --builtin --dir "$work/demo" >/dev/null
@@ -36,7 +41,7 @@ output_dir = "soak-$n"
 
 [generation]
 batch_size = 32
-max_new_tokens = 16
+max_new_tokens = ${SOAK_NEW_TOKENS:-16}
 outputs = ["tokens"]
 EOF
   /usr/bin/time -f '%e %M' -o "$work/time" "$runner" exec "job-$n.toml" --cert cert.json \

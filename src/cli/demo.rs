@@ -552,8 +552,9 @@ fn exec(request: &ExecRequest<'_>) -> Result<RunResult, CliError> {
 /// 9. The recipient verifies the receipt and the sealed outputs, then opens them.
 fn verify(dir: &Path, result: &RunResult, cert: &Certificate, keys: &Keys) -> CliResult {
     let verified = verify_receipt(&result.receipt, cert, &keys.runner, Some(&dir.join("out")))?;
-    let plain =
-        open(&result.outputs, &keys.recipient, u64::MAX).map_err(|_| DemoError::Unsealed)?;
+    let sealed = std::fs::read(result.output_dir.join(result.outputs_name))
+        .map_err(|_| DemoError::Unsealed)?;
+    let plain = open(&sealed, &keys.recipient, u64::MAX).map_err(|_| DemoError::Unsealed)?;
     let opens = verified
         .facts()
         .outputs_commitment

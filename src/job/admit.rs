@@ -15,8 +15,8 @@
 //!    ranges, calls checked, built-ins, view digest);
 //! 4. [`model`]: the checkpoint's digest equals the approved one, and the checkpoint loads from
 //!    the very files that were hashed;
-//! 5. [`inputs`]: the inputs opened in memory with the runner's age identity when sealed (and
-//!    refused as plaintext when the policy requires sealing), the job against the policy's
+//! 5. [`inputs`]: the inputs read as a stream, opened on the way with the runner's age identity
+//!    when sealed (and refused as plaintext when the policy requires sealing), the job against the policy's
 //!    limits (batch size, new tokens, output kinds, number of inputs after every line parsed), the tokenizer (the approved model directory's
 //!    `tokenizer.json`, else the official Gemma 3 file checked by SHA-256), and every prompt's
 //!    length in tokens after the template, each id inside the model's vocabulary;
@@ -28,11 +28,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use time::OffsetDateTime;
-use zeroize::Zeroizing;
 
 use super::attest::{attest_run, AttestRefusal, Attester, RunEvidence};
 use super::generate::{GenerateError, Generator};
-use super::inputs::{inputs_cap, parse_inputs_as, Input, InputsError, Prompt};
+use super::input_table::InputTable;
+use super::inputs::{inputs_cap, Input, InputLines, InputsError, Prompt};
+use super::inputs_file::{read_lines, Bounds, ReadFailure};
 use super::journal::Binding as JournalBinding;
 use super::openai::Endpoint;
 use super::publish::output_dir_in_use;
@@ -52,10 +53,10 @@ use crate::primitives::bounded_read::{
 use crate::primitives::digest::Digest;
 use crate::restrict::policy::{OutputKind, Policy, SealRule};
 use crate::restrict::{check_bytes, Checked, CompileErrorKind, RestrictError};
-use crate::sealing::{is_age, open as open_sealed, OpenError, SealKey};
+use crate::sealing::{OpenError, SealKey};
 use crate::trust::certificate::{CertError, Certificate, RestrictReport};
 use crate::trust::config::TrustConfig;
-use crate::trust::receipt::{Commitment, INPUTS_COMMITMENT_CONTEXT};
+use crate::trust::receipt::{Commitment, Committing, INPUTS_COMMITMENT_CONTEXT};
 use crate::trust::shard::ShardFacts;
 use crate::trust::verify::{verify_certificate, VerifiedCertificate};
 
@@ -122,10 +123,9 @@ pub struct Admitted {
     certificate: VerifiedCertificate,
     job: JobSpec,
     job_digest: Digest,
-    inputs: Vec<Input>,
+    inputs: InputTable,
     inputs_commitment: Commitment,
     inputs_ciphertext: Option<Digest>,
-    prompts: Vec<Vec<u32>>,
     tokenizer: Option<Tokenizer>,
     tokenizer_digest: Option<Digest>,
     generator: Generator,
@@ -156,8 +156,8 @@ impl Admitted {
     pub fn job_digest(&self) -> Digest {
         self.job_digest
     }
-    /// The inputs, in file order.
-    pub fn inputs(&self) -> &[Input] {
+    /// The inputs, in file order, each with its prompt as token ids (template applied).
+    pub fn inputs(&self) -> &InputTable {
         &self.inputs
     }
     /// The salted commitment to the plaintext inputs.
@@ -171,10 +171,6 @@ impl Admitted {
     /// The age recipients the outputs are sealed to (empty: plaintext outputs).
     pub fn recipients(&self) -> &[String] {
         &self.certificate.payload().recipients
-    }
-    /// Each input's prompt as token ids (template applied), in input order.
-    pub fn prompts(&self) -> &[Vec<u32>] {
-        &self.prompts
     }
     /// The tokenizer, when the job needs one.
     pub fn tokenizer(&self) -> Option<&Tokenizer> {
@@ -847,50 +843,11 @@ pub fn model(engine: ApprovedEngine) -> Result<ApprovedModel, Refusal> {
 /// Proof of step 5: inputs within the policy's limits, as token ids the model has.
 pub struct AdmittedInputs {
     model: ApprovedModel,
-    inputs: Vec<Input>,
+    inputs: InputTable,
     inputs_commitment: Commitment,
     inputs_ciphertext: Option<Digest>,
     inputs_digest: Digest,
-    prompts: Vec<Vec<u32>>,
     tokenizer: Option<(Tokenizer, Digest)>,
-}
-
-/// The plaintext inputs, opened in memory with the runner's key when sealed (and then the
-/// ciphertext's digest), refused as plaintext when the policy requires sealing.
-fn read_inputs(
-    job: &JobSpec,
-    rule: SealRule,
-    max_inputs: u32,
-    key: &SealKey,
-) -> Result<(Zeroizing<Vec<u8>>, Option<Digest>), Refusal> {
-    let cap = inputs_cap(max_inputs);
-    // A sealed file is larger than its plaintext by a header and 16 bytes per 64 KiB chunk.
-    let sealed_cap = cap.saturating_add(cap / 4096).saturating_add(64 << 10);
-    let raw = Zeroizing::new(
-        read_bounded(&job.inputs, sealed_cap, "inputs").map_err(|e| job.at_key("inputs", e))?,
-    );
-    if !is_age(&raw) {
-        if rule == SealRule::Required {
-            return Err(Refusal::Unsealed {
-                path: job.inputs.clone(),
-                recipient: key.recipient(),
-            });
-        }
-        if raw.len() as u64 > cap {
-            return Err(ReadError::TooLarge {
-                what: "inputs",
-                path: job.inputs.clone(),
-                cap,
-            }
-            .into());
-        }
-        return Ok((raw, None));
-    }
-    let plain = open_sealed(&raw, key, cap).map_err(|source| Refusal::Sealed {
-        path: job.inputs.clone(),
-        source,
-    })?;
-    Ok((plain, Some(Digest::of(&raw))))
 }
 
 /// Step 5: the job and its inputs within the policy's limits.
@@ -933,143 +890,187 @@ pub fn inputs(model: ApprovedModel, key: &SealKey) -> Result<AdmittedInputs, Ref
             ));
         }
     }
-    let (bytes, inputs_ciphertext) =
-        read_inputs(job, policy.sealing.inputs, limits.max_inputs, key)?;
-    let mut inputs = parse_inputs_as(&bytes, &job.inputs, job.inputs_format)?;
-    // An OpenAI answer is text: the owners must allow text out.
-    if inputs.iter().any(|i| i.endpoint.is_some()) && !policy.outputs.contains(&OutputKind::Text) {
-        return Err(output_kind_refused(job, "inputs", OutputKind::Text, policy));
+    let cap = inputs_cap(limits.max_inputs);
+    // A sealed file is larger than its plaintext by a header and 16 bytes per 64 KiB chunk.
+    let sealed_cap = cap.saturating_add(cap / 4096).saturating_add(64 << 10);
+    let commitment = inputs_commitment(&model.engine.job).ok_or(Refusal::NoRandomness)?;
+    // Text out (asked for, or stop strings to look for) needs the tokenizer whatever the
+    // inputs; text in, an OpenAI answer or a request's stop strings load it at their line.
+    let job_needs_text = g.outputs.contains(&OutputKind::Text) || !g.stop.is_empty();
+    let mut tokenizer = None;
+    if job_needs_text {
+        tokenizer = Some(checked_tokenizer(&model)?);
     }
-    if inputs.len() as u64 > u64::from(limits.max_inputs) {
+    let mut lines = InputLines::new(&job.inputs, job.inputs_format);
+    let mut inputs = InputTable::default();
+    let mut count: u64 = 0;
+    let bounds = Bounds {
+        sealed_required: policy.sealing.inputs == SealRule::Required,
+        cap,
+        sealed_cap,
+    };
+    let read = read_lines(
+        &job.inputs,
+        key,
+        bounds,
+        commitment,
+        JOURNAL_INPUTS_CONTEXT,
+        |raw| -> Result<(), Refusal> {
+            let Some(mut input) = lines.next_line(raw)? else {
+                return Ok(());
+            };
+            // An OpenAI answer is text: the owners must allow text out.
+            if input.endpoint.is_some() && !policy.outputs.contains(&OutputKind::Text) {
+                return Err(output_kind_refused(job, "inputs", OutputKind::Text, policy));
+            }
+            count += 1;
+            // Past the limit the lines are still checked and counted, for the refusal.
+            if count > u64::from(limits.max_inputs) {
+                return Ok(());
+            }
+            let needs_text = !matches!(input.prompt, Prompt::Tokens(_))
+                || input.endpoint.is_some()
+                || !input.options.stop.is_empty();
+            if needs_text && tokenizer.is_none() {
+                tokenizer = Some(checked_tokenizer(&model)?);
+            }
+            let ids = encode_prompt(&model, &mut input, tokenizer.as_ref().map(|(t, _)| t))?;
+            inputs.push(input, &ids);
+            Ok(())
+        },
+    )
+    .map_err(|e| match e {
+        ReadFailure::File(e) => Refusal::from(job.at_key("inputs", e)),
+        ReadFailure::Unsealed => Refusal::Unsealed {
+            path: job.inputs.clone(),
+            recipient: key.recipient(),
+        },
+        ReadFailure::Sealed(source) => Refusal::Sealed {
+            path: job.inputs.clone(),
+            source,
+        },
+        ReadFailure::Line(refusal) => refusal,
+    })?;
+    lines.finish()?;
+    if count > u64::from(limits.max_inputs) {
         return Err(Refusal::Limit {
             job: job.path.clone(),
             key: "inputs",
             limit: "max_inputs",
-            found: inputs.len() as u64,
+            found: count,
             max: limits.max_inputs.into(),
         });
     }
-    // Text out (asked for, an OpenAI answer, or stop strings to look for) or text in.
-    let needs_text = g.outputs.contains(&OutputKind::Text)
-        || !g.stop.is_empty()
-        || inputs.iter().any(|i| {
-            !matches!(i.prompt, Prompt::Tokens(_))
-                || i.endpoint.is_some()
-                || !i.options.stop.is_empty()
-        });
-    let tokenizer = if needs_text {
-        let (tokenizer, digest, path) = load_tokenizer(job, &model.digest)?;
-        if let Some(vocabulary) = &model.checkpoint.vocabulary {
-            if let Some((id, want, got)) = tokenizer.vocabulary_mismatch(vocabulary) {
-                return Err(Refusal::VocabularyMismatch {
-                    tokenizer: path.clone(),
-                    model: job.model.clone(),
-                    id,
-                    want,
-                    got,
-                });
-            }
-        }
-        // A GGUF model's own vocabulary is compared token by token above; a safetensors
-        // checkpoint has only its size to compare.
-        let model_size = model.checkpoint.config.vocab_size;
-        if tokenizer.base_vocab_size() != model_size {
-            return Err(Refusal::VocabularySize {
-                tokenizer: path.clone(),
-                model: job.model.clone(),
-                tokenizer_size: tokenizer.base_vocab_size(),
-                model_size,
-            });
-        }
-        Some((tokenizer, digest))
-    } else {
-        None
-    };
-    let prompts = encode_prompts(&model, &mut inputs, tokenizer.as_ref().map(|(t, _)| t))?;
-    let inputs_commitment =
-        inputs_commitment(&model.engine.job, &bytes).ok_or(Refusal::NoRandomness)?;
+    inputs.shrink_to_fit();
     Ok(AdmittedInputs {
         model,
         inputs,
-        inputs_commitment,
+        inputs_commitment: read.commitment,
         // Never published: only the runner's sealed resume journal holds it.
-        inputs_digest: Digest::derive("runner journal inputs v1", &bytes),
-        inputs_ciphertext,
-        prompts,
+        inputs_digest: read.journal_digest,
+        inputs_ciphertext: read.ciphertext,
         tokenizer,
     })
 }
 
-/// Every prompt as ids, checked here rather than when its batch runs: a bad id in the last
-/// input must not be found after every earlier batch has run, and the refusal must name it.
-/// Each input's prompt is taken out as it is encoded, so a job's prompts are held once, as ids
-/// (a job of 100,000 inputs would feel holding them twice).
-fn encode_prompts(
+/// The context of the inputs digest the resume journal binds.
+const JOURNAL_INPUTS_CONTEXT: &str = "runner journal inputs v1";
+
+/// The tokenizer a text job uses, checked against the model's vocabulary, with its digest.
+fn checked_tokenizer(model: &ApprovedModel) -> Result<(Tokenizer, Digest), Refusal> {
+    let job = &model.engine.job.spec;
+    let (tokenizer, digest, path) = load_tokenizer(job, &model.digest)?;
+    if let Some(vocabulary) = &model.checkpoint.vocabulary {
+        if let Some((id, want, got)) = tokenizer.vocabulary_mismatch(vocabulary) {
+            return Err(Refusal::VocabularyMismatch {
+                tokenizer: path.clone(),
+                model: job.model.clone(),
+                id,
+                want,
+                got,
+            });
+        }
+    }
+    // A GGUF model's own vocabulary is compared token by token above; a safetensors
+    // checkpoint has only its size to compare.
+    let model_size = model.checkpoint.config.vocab_size;
+    if tokenizer.base_vocab_size() != model_size {
+        return Err(Refusal::VocabularySize {
+            tokenizer: path.clone(),
+            model: job.model.clone(),
+            tokenizer_size: tokenizer.base_vocab_size(),
+            model_size,
+        });
+    }
+    Ok((tokenizer, digest))
+}
+
+/// An input's prompt as ids, checked as its line is read rather than when its batch runs: a
+/// bad id in the last input must not be found after every earlier batch has run, and the
+/// refusal must name it. The prompt is taken out of the input, so a job's prompts are held
+/// once, as ids (in the admitted [`InputTable`]).
+fn encode_prompt(
     model: &ApprovedModel,
-    inputs: &mut [Input],
+    input: &mut Input,
     tokenizer: Option<&Tokenizer>,
-) -> Result<Vec<Vec<u32>>, Refusal> {
+) -> Result<Vec<u32>, Refusal> {
     let job = &model.engine.job.spec;
     let max = model.engine.job.cert.policy().limits.max_prompt_tokens;
     let vocab = model.checkpoint.config.vocab_size;
-    let path = job.inputs.clone();
-    let mut prompts = Vec::with_capacity(inputs.len());
-    for input in inputs {
-        let line = input.line;
-        let prompt = std::mem::replace(&mut input.prompt, Prompt::Tokens(Vec::new()));
-        let encoded = match (prompt, tokenizer) {
-            (Prompt::Tokens(t), _) => Ok(t),
-            // `/v1/completions` continues its prompt as it is, whatever the job's template.
-            (Prompt::Text(text), Some(tok)) if input.endpoint == Some(Endpoint::Completions) => {
-                tok.encode_prompt(&text, Template::Raw)
-            }
-            (Prompt::Text(text), Some(tok)) => tok.encode_prompt(&text, job.generation.template),
-            (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(&turns),
-            (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
-        };
-        let ids = encoded.map_err(|source| match source {
-            TokenizerError::Role { index, .. } => Refusal::ChatRole {
-                path: path.clone(),
-                line,
-                turn: index,
-            },
-            _ => Refusal::Encode {
-                path: path.clone(),
-                line,
-            },
-        })?;
-        if ids.iter().any(|&t| t as usize >= vocab) {
-            return Err(Refusal::TokenOutOfVocab {
-                path: path.clone(),
-                line,
-                vocab,
-            });
+    let path = &job.inputs;
+    let line = input.line;
+    let prompt = std::mem::replace(&mut input.prompt, Prompt::Tokens(Vec::new()));
+    let encoded = match (prompt, tokenizer) {
+        (Prompt::Tokens(t), _) => Ok(t),
+        // `/v1/completions` continues its prompt as it is, whatever the job's template.
+        (Prompt::Text(text), Some(tok)) if input.endpoint == Some(Endpoint::Completions) => {
+            tok.encode_prompt(&text, Template::Raw)
         }
-        if ids.len() > max as usize {
-            return Err(Refusal::PromptTooLong {
-                path: path.clone(),
-                line,
-                max,
-            });
-        }
-        let max_new = input
-            .options
-            .max_tokens
-            .map_or(job.generation.max_new_tokens, |m| {
-                m.min(job.generation.max_new_tokens)
-            });
-        let context = model.checkpoint.config.max_position_embeddings;
-        if ids.len() + max_new as usize > context {
-            return Err(Refusal::OverContext {
-                path: path.clone(),
-                line,
-                max_new,
-                context,
-            });
-        }
-        prompts.push(ids);
+        (Prompt::Text(text), Some(tok)) => tok.encode_prompt(&text, job.generation.template),
+        (Prompt::Messages(turns), Some(tok)) => tok.encode_chat(&turns),
+        (_, None) => return Err(Refusal::NoTokenizer("no tokenizer loaded".into())),
+    };
+    let ids = encoded.map_err(|source| match source {
+        TokenizerError::Role { index, .. } => Refusal::ChatRole {
+            path: path.clone(),
+            line,
+            turn: index,
+        },
+        _ => Refusal::Encode {
+            path: path.clone(),
+            line,
+        },
+    })?;
+    if ids.iter().any(|&t| t as usize >= vocab) {
+        return Err(Refusal::TokenOutOfVocab {
+            path: path.clone(),
+            line,
+            vocab,
+        });
     }
-    Ok(prompts)
+    if ids.len() > max as usize {
+        return Err(Refusal::PromptTooLong {
+            path: path.clone(),
+            line,
+            max,
+        });
+    }
+    let max_new = input
+        .options
+        .max_tokens
+        .map_or(job.generation.max_new_tokens, |m| {
+            m.min(job.generation.max_new_tokens)
+        });
+    let context = model.checkpoint.config.max_position_embeddings;
+    if ids.len() + max_new as usize > context {
+        return Err(Refusal::OverContext {
+            path: path.clone(),
+            line,
+            max_new,
+            context,
+        });
+    }
+    Ok(ids)
 }
 
 /// Step 6: the engine compiles for the model.
@@ -1080,7 +1081,6 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         inputs_commitment,
         inputs_ciphertext,
         inputs_digest,
-        prompts,
         tokenizer,
     } = inputs;
     let ApprovedModel {
@@ -1090,7 +1090,7 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
     let g = &job.spec.generation;
     let samples = g.temperature > 0.0
         || inputs
-            .iter()
+            .range(0..inputs.len())
             .any(|i| i.options.temperature.unwrap_or(g.temperature) > 0.0);
     // The verified program is compiled a second time, for its `logits` entry, only to sample.
     let sampling = samples.then(|| checked.clone());
@@ -1116,7 +1116,6 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
         inputs_commitment,
         inputs_ciphertext,
         inputs_digest,
-        prompts,
         tokenizer,
         tokenizer_digest,
         generator,
@@ -1128,18 +1127,14 @@ pub fn compile(inputs: AdmittedInputs) -> Result<Admitted, Refusal> {
 /// The salted commitment to the inputs. Every shard of a job must commit to the same value, so
 /// that a merge can tell they ran the same inputs: a shard's salt is derived from the
 /// certificate and job digests (public, as every receipt's salt is) instead of drawn.
-fn inputs_commitment(job: &JobFile, bytes: &[u8]) -> Option<Commitment> {
+fn inputs_commitment(job: &JobFile) -> Option<Committing> {
     if job.shard.is_none() {
-        return Commitment::new(INPUTS_COMMITMENT_CONTEXT, bytes);
+        return Committing::new(INPUTS_COMMITMENT_CONTEXT);
     }
     let mut both = job.cert.digest().0.to_vec();
     both.extend_from_slice(&job.digest.0);
     let salt = Digest::derive(SHARD_SALT_CONTEXT, &both);
-    Some(Commitment::with_salt(
-        INPUTS_COMMITMENT_CONTEXT,
-        salt,
-        bytes,
-    ))
+    Some(Committing::with_salt(INPUTS_COMMITMENT_CONTEXT, salt))
 }
 
 const SHARD_SALT_CONTEXT: &str = "runner shard inputs commitment salt v1";

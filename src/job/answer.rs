@@ -10,7 +10,7 @@
 use serde_json::{json, Map, Value};
 
 use super::generate::{Finish, Generated};
-use super::inputs::Input;
+use super::input_table::InputRef;
 use super::openai::Endpoint;
 use crate::primitives::digest::Digest;
 use crate::restrict::policy::OutputKind;
@@ -20,7 +20,7 @@ const RESPONSE_ID_CONTEXT: &str = "runner openai response id v1";
 /// What one input's answer is made of.
 pub struct Answer<'a> {
     /// The input.
-    pub input: &'a Input,
+    pub input: &'a InputRef<'a>,
     /// Its 0-based index in the inputs file.
     pub index: usize,
     /// Tokens in its prompt, after the template.

@@ -25,7 +25,7 @@ use crate::error::{Diagnose, Exit};
 use crate::primitives::digest::Digest;
 use crate::primitives::keys::SecretKey;
 use crate::trust::config::{TrustConfig, TrustConfigError};
-use crate::trust::receipt::{subjects_of, ReceiptError};
+use crate::trust::receipt::{subjects_of_digests, ReceiptError};
 
 /// Why an exec attempt did not end with published outputs.
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +212,7 @@ pub fn exec(
     let mut result = run_admitted(&registry, admitted, &signing_key, resume, on_batch)
         .map_err(|e| attempt.end(Outcome::Failed, e))?;
     result.notices.extend(notice);
-    let outputs = subjects_of(&[(result.outputs_name, &result.outputs)])
+    let outputs = subjects_of_digests(&[(result.outputs_name, result.outputs_digest)])
         .map_err(|e| attempt.end(Outcome::Failed, e.into()))?;
     log.append(AuditRecord::accepted(&attempt.id, &result.facts, outputs))?;
     Ok(result)

@@ -194,8 +194,13 @@ pub fn detect_format(bytes: &[u8]) -> InputsFormat {
     let first = bytes
         .split(|&b| b == b'\n')
         .find(|l| !l.iter().all(u8::is_ascii_whitespace));
-    let is_openai = first
-        .and_then(|l| serde_json::from_slice::<serde_json::Map<String, Value>>(l).ok())
+    first.map_or(InputsFormat::Runner, format_of_line)
+}
+
+/// The format a first non-blank line shows.
+fn format_of_line(line: &[u8]) -> InputsFormat {
+    let is_openai = serde_json::from_slice::<serde_json::Map<String, Value>>(line)
+        .ok()
         .is_some_and(|m| m.contains_key("custom_id"));
     if is_openai {
         InputsFormat::Openai
@@ -210,16 +215,54 @@ pub fn parse_inputs_as(
     path: &Path,
     format: InputsFormat,
 ) -> Result<Vec<Input>, InputsError> {
-    let format = match format {
-        InputsFormat::Auto => detect_format(bytes),
-        f => f,
-    };
+    let mut lines = InputLines::new(path, format);
     let mut inputs = Vec::new();
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
-        let line = i + 1;
-        let bad = |problem| InputsError::Line {
+    for raw in bytes.split(|&b| b == b'\n') {
+        if let Some(input) = lines.next_line(raw)? {
+            inputs.push(input);
+        }
+    }
+    lines.finish()?;
+    Ok(inputs)
+}
+
+/// The inputs file's lines checked one at a time, as they are read (a sealed file is opened as
+/// a stream and never held whole): each line on its own, the format from the first non-blank
+/// one, and ids unique across the file.
+pub struct InputLines {
+    path: PathBuf,
+    format: InputsFormat,
+    line: usize,
+    inputs: usize,
+    /// Each id's first line, by a digest of the id under a per-run key (so the table holds no
+    /// id, and costs the same for any id's length).
+    seen: HashMap<[u8; 16], usize>,
+    key: [u8; 32],
+}
+
+impl InputLines {
+    /// Before the first line of the file at `path`, in `format`.
+    pub fn new(path: &Path, format: InputsFormat) -> InputLines {
+        let mut key = [0u8; 32];
+        // The key only spreads the table; a fixed one would do as well, short of an attacker
+        // who picks ids to collide, which a random key rules out.
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key);
+        InputLines {
             path: path.to_owned(),
+            format,
+            line: 0,
+            inputs: 0,
+            seen: HashMap::new(),
+            key,
+        }
+    }
+
+    /// The next line (without its newline): the input it holds, `None` when blank.
+    pub fn next_line(&mut self, raw: &[u8]) -> Result<Option<Input>, InputsError> {
+        self.line += 1;
+        let line = self.line;
+        let bad = |problem| InputsError::Line {
+            path: self.path.clone(),
             line,
             problem,
         };
@@ -228,25 +271,36 @@ pub fn parse_inputs_as(
         }
         let text = std::str::from_utf8(raw).map_err(|_| bad(LineProblem::NotUtf8))?;
         if text.trim().is_empty() {
-            continue;
+            return Ok(None);
         }
-        let input = parse_line(text, line, format).map_err(bad)?;
-        if let Some(&first) = seen.get(&input.id) {
+        if self.format == InputsFormat::Auto {
+            self.format = format_of_line(raw);
+        }
+        let input = parse_line(text, line, self.format).map_err(bad)?;
+        let id = blake3::keyed_hash(&self.key, input.id.as_bytes());
+        let mut short = [0u8; 16];
+        short.copy_from_slice(&id.as_bytes()[..16]);
+        if let Some(&first) = self.seen.get(&short) {
             return Err(InputsError::DuplicateId {
-                path: path.to_owned(),
+                path: self.path.clone(),
                 line,
                 first,
             });
         }
-        seen.insert(input.id.clone(), line);
-        inputs.push(input);
+        self.seen.insert(short, line);
+        self.inputs += 1;
+        Ok(Some(input))
     }
-    if inputs.is_empty() {
-        return Err(InputsError::Empty {
-            path: path.to_owned(),
-        });
+
+    /// After the last line: refused if there were no inputs at all.
+    pub fn finish(&self) -> Result<(), InputsError> {
+        if self.inputs == 0 {
+            return Err(InputsError::Empty {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
     }
-    Ok(inputs)
 }
 
 /// One non-blank line.

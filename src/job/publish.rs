@@ -1,9 +1,10 @@
 //! Publishing a run's files as one directory, all at once.
 //!
 //! Every file is written (mode 0600), fsynced, into a sibling staging directory (mode 0700,
-//! `.<output_dir>.partial-<pid>-<n>`) with the one atomic-write helper
-//! ([`write_atomic`](crate::primitives::atomic_file::write_atomic)), and the staging directory is
-//! then renamed to `output_dir`. After a crash either the complete set exists or `output_dir`
+//! `.<output_dir>.partial-<pid>-<n>`), whole with the one atomic-write helper
+//! ([`write_atomic`](crate::primitives::atomic_file::write_atomic)) or as the run goes
+//! ([`Stage::create`]: a long job's outputs), and the staging directory is then renamed to
+//! `output_dir`. After a crash either the complete set exists or `output_dir`
 //! does not. A failed publish removes its staging directory; one left by a crashed run is
 //! removed by the next run, and a run still publishing keeps its own (it holds a lock inside
 //! it). An existing non-empty `output_dir` is never overwritten.
@@ -78,32 +79,82 @@ pub fn check_output_dir(dir: &Path) -> Result<(), PublishError> {
 /// Write `files` into a staging directory beside `dir` (mode 0700, each file 0600), fsync, and
 /// rename it to `dir`. On any failure the staging directory is removed.
 pub fn publish(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), PublishError> {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "outputs".into());
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    remove_stale_staging(&parent, &name);
-    let staging = Staging::new(&parent, &name)?;
-    let staged = (|| {
-        for (file, bytes) in files {
-            write_atomic(&staging.dir.join(file), bytes, 0o600, Overwrite::Refuse)?;
-        }
-        // An empty output_dir (made by the operator) is replaced; a non-empty one was refused.
-        if dir.is_dir() {
-            fs::remove_dir(dir).map_err(|_| PublishError::OutputExists(dir.to_owned()))?;
-        }
-        fs::rename(&staging.dir, dir).map_err(io(dir))
-    })();
-    drop(staging);
-    staged?;
-    fs::File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(io(&parent))?;
-    Ok(())
+    let stage = Stage::open(dir)?;
+    for (file, bytes) in files {
+        stage.write(file, bytes)?;
+    }
+    stage.publish()
+}
+
+/// A set of files being put together for `dir`, in a staging directory beside it, so a file
+/// can be written as the run goes (a long job's outputs) and still appear only with the rest.
+/// Dropped unpublished, the staging directory is removed.
+pub struct Stage {
+    dest: PathBuf,
+    parent: PathBuf,
+    staging: Staging,
+}
+
+impl Stage {
+    /// A fresh staging directory for `dir`; any left beside it by a crashed run is removed.
+    pub fn open(dir: &Path) -> Result<Stage, PublishError> {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "outputs".into());
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        remove_stale_staging(&parent, &name);
+        let staging = Staging::new(&parent, &name)?;
+        Ok(Stage {
+            dest: dir.to_owned(),
+            parent,
+            staging,
+        })
+    }
+
+    /// A new file `name` of the set (mode 0600), to be written and synced by the caller, with
+    /// its path (for messages).
+    pub fn create(&self, name: &str) -> Result<(fs::File, PathBuf), PublishError> {
+        let path = self.staging.dir.join(name);
+        let mut options = fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(io(&path))?;
+        Ok((file, path))
+    }
+
+    /// File `name` of the set, written whole (mode 0600, fsynced).
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), PublishError> {
+        write_atomic(
+            &self.staging.dir.join(name),
+            bytes,
+            0o600,
+            Overwrite::Refuse,
+        )?;
+        Ok(())
+    }
+
+    /// Move the set into place as `dir`, all at once.
+    pub fn publish(self) -> Result<(), PublishError> {
+        let dir = &self.dest;
+        let renamed = (|| {
+            // An empty output_dir (made by the operator) is replaced; a non-empty one was
+            // refused.
+            if dir.is_dir() {
+                fs::remove_dir(dir).map_err(|_| PublishError::OutputExists(dir.to_owned()))?;
+            }
+            fs::rename(&self.staging.dir, dir).map_err(io(dir))
+        })();
+        renamed?;
+        fs::File::open(&self.parent)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&self.parent))?;
+        Ok(())
+    }
 }
 
 /// A staging directory `.<name>.partial-<pid>-<n>` (mode 0700) and its lock file beside it

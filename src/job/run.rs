@@ -1,5 +1,6 @@
-//! Running an admitted job: batches through the compiled engine, `outputs.jsonl`, the signed
-//! receipt, and publishing both at once ([`publish`](super::publish)).
+//! Running an admitted job: batches through the compiled engine, `outputs.jsonl` written as
+//! they finish ([`outputs`](super::outputs)), the signed receipt, and publishing both at once
+//! ([`publish`](super::publish)).
 
 use std::path::PathBuf;
 
@@ -9,9 +10,10 @@ use zeroize::Zeroizing;
 use super::admit::Admitted;
 use super::answer::{openai_line, runner_line, Answer, OpenAiRun};
 use super::generate::{Control, Finish, GenerateError, Settings};
-use super::inputs::Input;
+use super::input_table::InputRef;
 use super::journal::{Entry, Journal, JournalError};
-use super::publish::{check_output_dir, publish, PublishError};
+use super::outputs::{OutputsError, OutputsWriter};
+use super::publish::{check_output_dir, PublishError, Stage};
 use super::sampling::{input_seed, Sampler, MAX_JOB_SEED, SAMPLING_SCHEME};
 use super::stop::{cut_at_stop, StopStrings};
 use crate::error::{Diagnose, Exit};
@@ -23,11 +25,10 @@ use crate::restrict::builtins::Builtin;
 use crate::restrict::diagnostic::Pos;
 use crate::restrict::policy::OutputKind;
 use crate::restrict::RunErrorKind;
-use crate::sealing::{seal, RecipientError};
 use crate::trust::generation::Generation;
 use crate::trust::receipt::{
-    sign_receipt, Commitment, FinishReasons, ReceiptError, RunCounts, RunFacts, RunnerIdentity,
-    SamplingFacts, Sealed, SeedSource, OUTPUTS_COMMITMENT_CONTEXT,
+    sign_receipt_of, subjects_of_digests, DigestSet, FinishReasons, ReceiptError, RunCounts,
+    RunFacts, RunnerIdentity, SamplingFacts, Sealed, SeedSource,
 };
 pub use crate::trust::receipt::{OUTPUTS_FILE, RECEIPT_FILE, SEALED_OUTPUTS_FILE};
 pub use crate::trust::run_attestation::ATTESTATION_FILE;
@@ -41,8 +42,9 @@ pub struct RunResult {
     pub facts: RunFacts,
     /// The outputs file's name: `outputs.jsonl`, or `outputs.jsonl.age` when sealed.
     pub outputs_name: &'static str,
-    /// Exact bytes of the outputs file as published (ciphertext when sealed).
-    pub outputs: Vec<u8>,
+    /// The digests of the outputs file as published (of the ciphertext when sealed); the file
+    /// itself is in `output_dir`, never held whole.
+    pub outputs_digest: DigestSet,
     /// Exact bytes of receipt.json.
     pub receipt: Vec<u8>,
     /// One-line notices for the operator (a resume journal discarded).
@@ -70,6 +72,9 @@ pub enum RunFailure {
     /// The outputs could not be published.
     #[error(transparent)]
     Publish(#[from] PublishError),
+    /// The outputs file could not be written.
+    #[error(transparent)]
+    Outputs(#[from] OutputsError),
     /// The resume journal could not be written.
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -100,12 +105,9 @@ pub enum RunFailure {
     /// A model file was written while the job ran.
     #[error(transparent)]
     Model(#[from] FileError),
-    /// The outputs could not be sealed to the certificate's recipients.
-    #[error("cannot seal the outputs: {0}")]
-    Seal(RecipientError),
-    /// The system's random number generator failed (the outputs commitment needs a salt, and a
-    /// sampling job without a seed a drawn one).
-    #[error("the system random number generator failed (it salts the outputs commitment and draws the sampling seed)")]
+    /// The system's random number generator failed (a sampling job without a seed needs a
+    /// drawn one).
+    #[error("the system random number generator failed (it draws the sampling seed)")]
     NoRandomness,
     /// Writing the outputs failed.
     #[error("cannot write {path}: {source}")]
@@ -121,6 +123,7 @@ impl Diagnose for RunFailure {
     fn exit(&self) -> Exit {
         match self {
             RunFailure::Publish(e) => e.exit(),
+            RunFailure::Outputs(e) => e.exit(),
             RunFailure::Journal(e) => e.exit(),
             // An engine that does not fit the checkpoint is the inputs' fault, not the run's.
             RunFailure::Generate(e) => e.exit(),
@@ -129,13 +132,13 @@ impl Diagnose for RunFailure {
             RunFailure::Engine { .. }
             | RunFailure::Decode { .. }
             | RunFailure::Io { .. }
-            | RunFailure::Seal(_)
             | RunFailure::NoRandomness => Exit::Failure,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
             RunFailure::Publish(e) => e.hint(),
+            RunFailure::Outputs(e) => e.hint(),
             RunFailure::Journal(e) => e.hint(),
             RunFailure::Generate(e) => e.hint(),
             RunFailure::Model(e) => e.hint(),
@@ -145,10 +148,7 @@ impl Diagnose for RunFailure {
                  see the kernel's own message"
                     .into(),
             ),
-            RunFailure::Decode { .. }
-            | RunFailure::Io { .. }
-            | RunFailure::Seal(_)
-            | RunFailure::NoRandomness => None,
+            RunFailure::Decode { .. } | RunFailure::Io { .. } | RunFailure::NoRandomness => None,
         }
     }
 }
@@ -190,7 +190,7 @@ fn operation(kind: &RunErrorKind) -> String {
 }
 
 /// The stop strings of `input`: its own, else the job's.
-fn stop_strings<'a>(g: &'a Generation, input: &'a Input) -> &'a [String] {
+fn stop_strings<'a>(g: &'a Generation, input: &InputRef<'a>) -> &'a [String] {
     if input.options.stop.is_empty() {
         &g.stop
     } else {
@@ -205,7 +205,7 @@ fn control_of<'a>(
     tokenizer: Option<&'a Tokenizer>,
     job_seed: u64,
     index: usize,
-    input: &'a Input,
+    input: &InputRef<'a>,
 ) -> Control<'a> {
     let o = &input.options;
     let seed = o.seed.unwrap_or_else(|| input_seed(job_seed, index as u64));
@@ -273,17 +273,17 @@ pub fn run(
             .eos_token_ids
             .clone(),
     };
-    // The outputs file as it grows: a line's bytes, not its JSON tree, are kept (a tree costs
-    // ~2 KB an input, which a job of 100,000 inputs would feel).
-    let mut plain = Zeroizing::new(Vec::new());
-    let mut push_line = |line: &serde_json::Value| -> Result<(), RunFailure> {
-        serde_json::to_writer(&mut *plain, line).map_err(|e| RunFailure::Io {
-            path: job.output_dir.join(OUTPUTS_FILE),
-            source: std::io::Error::other(e),
+    if admitted.shard_facts().is_some() {
+        // The shards' shared parent; each shard's own directory appears whole, by rename.
+        std::fs::create_dir_all(&job.output_dir).map_err(|source| RunFailure::Io {
+            path: job.output_dir.clone(),
+            source,
         })?;
-        plain.push(b'\n');
-        Ok(())
-    };
+    }
+    // The outputs file grows in the stage as batches finish; a failure drops the stage and
+    // with it every byte written.
+    let stage = Stage::open(&output_dir)?;
+    let mut outputs = OutputsWriter::create(&stage, admitted.recipients())?;
     let mut counts = RunCounts {
         inputs: 0,
         generated_tokens: 0,
@@ -300,7 +300,7 @@ pub fn run(
     };
     let resumed_at = (!done.is_empty()).then(|| (range.start + done.len()) as u64);
     for e in done {
-        push_line(&e.line)?;
+        outputs.push(&e.line)?;
         counts.inputs += 1;
         counts.generated_tokens += e.tokens;
         if e.stopped {
@@ -323,8 +323,9 @@ pub fn run(
         (None, None) => draw_seed()?,
     };
     let tokenizer = admitted.tokenizer();
-    let sampled_inputs = admitted.inputs()[range.clone()]
-        .iter()
+    let table = admitted.inputs();
+    let sampled_inputs = table
+        .range(range.clone())
         .enumerate()
         .filter(|(i, input)| {
             control_of(g, tokenizer, job_seed, range.start + i, input)
@@ -333,10 +334,9 @@ pub fn run(
         })
         .count() as u64;
     let mut index = todo.start;
-    for (inputs, prompts) in admitted.inputs()[todo.clone()]
-        .chunks(batch)
-        .zip(admitted.prompts()[todo].chunks(batch))
-    {
+    for start in todo.clone().step_by(batch) {
+        let inputs: Vec<InputRef<'_>> = table.range(start..(start + batch).min(todo.end)).collect();
+        let prompts: Vec<Vec<u32>> = inputs.iter().map(|i| i.prompt.to_vec()).collect();
         let controls: Vec<Control<'_>> = inputs
             .iter()
             .enumerate()
@@ -345,9 +345,9 @@ pub fn run(
         let generated =
             admitted
                 .generator()
-                .generate_with(prompts, &settings, &controls, |_| {})?;
+                .generate_with(&prompts, &settings, &controls, |_| {})?;
         let mut entries = Vec::with_capacity(inputs.len());
-        for ((input, prompt), mut out) in inputs.iter().zip(prompts).zip(generated) {
+        for ((input, prompt), mut out) in inputs.iter().zip(&prompts).zip(generated) {
             let wants_text = input.endpoint.is_some() || g.outputs.contains(&OutputKind::Text);
             let text = match tokenizer.filter(|_| wants_text) {
                 Some(tok) => {
@@ -381,7 +381,7 @@ pub fn run(
                     out.finish,
                 ));
             }
-            push_line(&line)?;
+            outputs.push(&line)?;
             counts.inputs += 1;
             counts.generated_tokens += out.tokens.len() as u64;
             match out.finish {
@@ -401,15 +401,8 @@ pub fn run(
         });
     }
 
-    // Sealed in memory to the certificate's recipients: the plaintext never reaches the disk.
-    let (outputs_name, outputs, outputs_commitment) = if admitted.recipients().is_empty() {
-        (OUTPUTS_FILE, plain.to_vec(), None)
-    } else {
-        let sealed = seal(&plain, admitted.recipients()).map_err(RunFailure::Seal)?;
-        let commitment =
-            Commitment::new(OUTPUTS_COMMITMENT_CONTEXT, &plain).ok_or(RunFailure::NoRandomness)?;
-        (SEALED_OUTPUTS_FILE, sealed, Some(commitment))
-    };
+    let written = outputs.finish()?;
+    let outputs_commitment = written.commitment;
     // The receipt names the approved model: the tokens must have come from its bytes, so no
     // file the checkpoint was read from may have been written since it was hashed.
     admitted.generator().checkpoint().seal.check_unchanged()?;
@@ -446,34 +439,28 @@ pub fn run(
         resumed_at,
         sampling,
     };
-    let mut files: Vec<(&str, &[u8])> = vec![(outputs_name, &outputs)];
+    let mut subjects = vec![(written.name, written.digest)];
     if let Some(evidence) = admitted.evidence() {
-        files.push((ATTESTATION_FILE, &evidence.bytes));
+        stage.write(ATTESTATION_FILE, &evidence.bytes)?;
+        subjects.push((ATTESTATION_FILE, DigestSet::of(&evidence.bytes)));
     }
-    let receipt = sign_receipt(&facts, &files, runner_key)?;
+    let receipt = sign_receipt_of(&facts, subjects_of_digests(&subjects)?, runner_key)?;
     let receipt_digest = crate::primitives::dsse::Envelope::parse(&receipt)
         .map_err(|e| RunFailure::Io {
             path: job.output_dir.join(RECEIPT_FILE),
             source: std::io::Error::other(e.to_string()),
         })?
         .payload_digest();
-    files.push((RECEIPT_FILE, &receipt));
-    if admitted.shard_facts().is_some() {
-        // The shards' shared parent; each shard's own directory appears whole, by rename.
-        std::fs::create_dir_all(&job.output_dir).map_err(|source| RunFailure::Io {
-            path: job.output_dir.clone(),
-            source,
-        })?;
-    }
-    publish(&output_dir, &files)?;
+    stage.write(RECEIPT_FILE, &receipt)?;
+    stage.publish()?;
     if let Some(j) = journal {
         j.remove();
     }
     Ok(RunResult {
         output_dir,
         facts,
-        outputs_name,
-        outputs,
+        outputs_name: written.name,
+        outputs_digest: written.digest,
         receipt,
         notices: Vec::new(),
         elapsed: started.elapsed(),

@@ -13,6 +13,6 @@ pub mod recipients;
 pub mod seal;
 
 pub use key::SealKey;
-pub use open::{is_age, open, OpenError};
+pub use open::{is_age, open, open_stream, OpenError};
 pub use recipients::{parse_recipient, parse_recipients_file, RecipientError};
-pub use seal::seal;
+pub use seal::{seal, sealing_writer};

@@ -5,7 +5,7 @@
 //! damaged (age's own failures are deliberately opaque).
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 use zeroize::Zeroizing;
 
@@ -136,6 +136,41 @@ pub fn open(bytes: &[u8], key: &SealKey, cap: u64) -> Result<Zeroizing<Vec<u8>>,
         return Err(OpenError::TooLarge(cap));
     }
     Ok(plain)
+}
+
+/// The plaintext of an age file read as a stream from `reader` (binary or armored), for `key`:
+/// for files too large to hold whole. The header is checked here; a payload that is
+/// truncated or altered fails a later read with an I/O error. When the file is not for `key`,
+/// `head` is asked for the file's first bytes, to say whom it is for.
+pub fn open_stream<'r, R: BufRead + 'r>(
+    reader: R,
+    key: &SealKey,
+    head: impl FnOnce() -> Vec<u8>,
+) -> Result<impl Read + 'r, OpenError> {
+    let armored = age::armor::ArmoredReader::new(reader);
+    let decryptor = match age::Decryptor::new_buffered(armored) {
+        Ok(d) => d,
+        Err(age::DecryptError::UnknownFormat) => return Err(OpenError::UnknownFormat),
+        Err(_) => return Err(OpenError::Damaged("its header does not parse")),
+    };
+    if decryptor.is_scrypt() {
+        return Err(OpenError::Passphrase);
+    }
+    match decryptor.decrypt(std::iter::once(key.identity() as &dyn age::Identity)) {
+        Ok(r) => Ok(r),
+        Err(age::DecryptError::NoMatchingKeys) => {
+            // Dearmored as far as it goes: the header is at the start.
+            let head = Zeroizing::new(head());
+            let mut binary = Zeroizing::new(Vec::new());
+            let _ = age::armor::ArmoredReader::new(&head[..]).read_to_end(&mut binary);
+            Err(OpenError::NotForUs {
+                stanzas: describe_stanzas(&binary),
+                ours: key.recipient(),
+            })
+        }
+        Err(age::DecryptError::InvalidMac) => Err(OpenError::Damaged("its header was altered")),
+        Err(_) => Err(OpenError::Damaged("its header does not check out")),
+    }
 }
 
 #[cfg(test)]

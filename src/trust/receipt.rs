@@ -91,23 +91,35 @@ impl DigestSet {
     }
 }
 
-struct Hashers {
+/// Both digests of a file, computed as its bytes go by (an outputs file is written a batch at
+/// a time and never held whole).
+#[derive(Clone)]
+pub struct Hashers {
     blake3: blake3::Hasher,
     sha256: Context,
 }
 
+impl Default for Hashers {
+    fn default() -> Hashers {
+        Hashers::new()
+    }
+}
+
 impl Hashers {
-    fn new() -> Hashers {
+    /// Nothing hashed yet.
+    pub fn new() -> Hashers {
         Hashers {
             blake3: blake3::Hasher::new(),
             sha256: Context::new(&SHA256),
         }
     }
-    fn update(&mut self, bytes: &[u8]) {
+    /// Hash `bytes` next.
+    pub fn update(&mut self, bytes: &[u8]) {
         self.blake3.update(bytes);
         self.sha256.update(bytes);
     }
-    fn finish(self) -> DigestSet {
+    /// The digests of everything hashed.
+    pub fn finish(self) -> DigestSet {
         let mut sha = [0u8; 32];
         sha.copy_from_slice(self.sha256.finish().as_ref());
         DigestSet {
@@ -201,26 +213,58 @@ pub struct Commitment {
 impl Commitment {
     /// The commitment to `bytes` under `salt`, in domain `context`.
     pub fn with_salt(context: &str, salt: Digest, bytes: &[u8]) -> Commitment {
-        let mut h = blake3::Hasher::new_derive_key(context);
-        h.update(&salt.0);
-        h.update(bytes);
-        Commitment {
-            salt,
-            commitment: Digest(*h.finalize().as_bytes()),
-        }
+        let mut c = Committing::with_salt(context, salt);
+        c.update(bytes);
+        c.finish()
     }
 
     /// A commitment under a fresh random salt; `None` when the system's generator fails.
     pub fn new(context: &str, bytes: &[u8]) -> Option<Commitment> {
-        use ring::rand::SecureRandom as _;
-        let mut salt = [0u8; 32];
-        ring::rand::SystemRandom::new().fill(&mut salt).ok()?;
-        Some(Commitment::with_salt(context, Digest(salt), bytes))
+        let mut c = Committing::new(context)?;
+        c.update(bytes);
+        Some(c.finish())
     }
 
     /// Whether `bytes` are what was committed to in domain `context`.
     pub fn opens(&self, context: &str, bytes: &[u8]) -> bool {
         Commitment::with_salt(context, self.salt, bytes) == *self
+    }
+}
+
+/// A [`Commitment`] computed as the bytes go by, for plaintext that is never held whole (the
+/// outputs of a long job, sealed a batch at a time).
+pub struct Committing {
+    salt: Digest,
+    hasher: blake3::Hasher,
+}
+
+impl Committing {
+    /// A commitment in domain `context` under `salt`, nothing committed yet.
+    pub fn with_salt(context: &str, salt: Digest) -> Committing {
+        let mut hasher = blake3::Hasher::new_derive_key(context);
+        hasher.update(&salt.0);
+        Committing { salt, hasher }
+    }
+
+    /// Under a fresh random salt; `None` when the system's generator fails.
+    pub fn new(context: &str) -> Option<Committing> {
+        use ring::rand::SecureRandom as _;
+        let mut salt = [0u8; 32];
+        ring::rand::SystemRandom::new().fill(&mut salt).ok()?;
+        Some(Committing::with_salt(context, Digest(salt)))
+    }
+
+    /// Commit to `bytes` next.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    /// The commitment to everything given.
+    pub fn finish(self) -> Commitment {
+        Commitment {
+            salt: self.salt,
+            commitment: Digest(*self.hasher.finalize().as_bytes()),
+        }
     }
 }
 
@@ -661,12 +705,21 @@ impl ReceiptStatement {
 /// names, each once), digests computed, sorted by name. `exec` can record the same list in the
 /// audit log ([`crate::job::audit::AuditRecord::accepted`]).
 pub fn subjects_of(outputs: &[(&str, &[u8])]) -> Result<Vec<Subject>, ReceiptError> {
+    let digests: Vec<(&str, DigestSet)> = outputs
+        .iter()
+        .map(|(name, bytes)| (*name, DigestSet::of(bytes)))
+        .collect();
+    subjects_of_digests(&digests)
+}
+
+/// [`subjects_of`] for files whose digests were computed as they were written.
+pub fn subjects_of_digests(outputs: &[(&str, DigestSet)]) -> Result<Vec<Subject>, ReceiptError> {
     let mut subjects = Vec::with_capacity(outputs.len());
-    for (name, bytes) in outputs {
+    for (name, digest) in outputs {
         check_subject_name(name)?;
         subjects.push(Subject {
             name: (*name).to_owned(),
-            digest: DigestSet::of(bytes),
+            digest: *digest,
         });
     }
     subjects.sort_by(|a, b| a.name.cmp(&b.name));
@@ -686,7 +739,15 @@ pub fn sign_receipt(
     outputs: &[(&str, &[u8])],
     key: &SecretKey,
 ) -> Result<Vec<u8>, ReceiptError> {
-    let subjects = subjects_of(outputs)?;
+    sign_receipt_of(facts, subjects_of(outputs)?, key)
+}
+
+/// [`sign_receipt`] for subjects already made ([`subjects_of_digests`]).
+pub fn sign_receipt_of(
+    facts: &RunFacts,
+    subjects: Vec<Subject>,
+    key: &SecretKey,
+) -> Result<Vec<u8>, ReceiptError> {
     let statement = ReceiptStatement {
         subjects,
         facts: facts.clone(),
