@@ -323,19 +323,26 @@ fn dots<B: Blocks512, const R: usize>(
     lanes
 }
 
-/// Most x rows one weight row's decoded groups are multiplied into at a time: one accumulator
-/// each, the two decoded vectors and two x vectors in 32 zmm registers with room to spare.
+/// Most x rows one pass multiplies decoded weight groups into.
 const X_ROWS: usize = 8;
 
-/// Bytes of x rows one pass streams per weight row: more evict each other from L1 (a Xeon's
-/// 48 KiB), and re-decoding the row for a second pass costs less than the misses.
-const X_PASS_BYTES: usize = 32 << 10;
+/// Bytes of x rows that stay in L1 (a Xeon's 48 KiB) while one weight row meets them all.
+const X_L1_BYTES: usize = 32 << 10;
+
+/// Weight rows decoded side by side once x is larger than [`X_L1_BYTES`]: x then streams from
+/// L2, and 8 × 3 accumulators are 24 independent multiply-add chains that hide it, where one
+/// weight row against 8 x rows missing L1, or two passes of 4 decoding every block twice, left
+/// the FMA ports waiting. One Intel Xeon (Emerald Rapids), 2 threads, `kernel_bench`
+/// `[8, 2048] × [640, 2048]ᵀ`, 5 alternating rounds, medians: Q5_0 48 -> 74 GFLOP/s, Q4_K
+/// 48 -> 72, Q6_K 45 -> 75. With x in L1 three rows gained nothing (Q5_0 at k 640, Q4_K and
+/// Q6_K at k 1024), so there one weight row goes at a time.
+const W_ROWS: usize = 3;
 
 /// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows and a block-format
-/// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows; false
-/// (nothing written) for a float dtype. The order per output is [`gemv_blocks_avx512`]'s.
-/// Callers outside this module's features call it only after detecting AVX-512F, AVX2, FMA and
-/// F16C.
+/// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows (one
+/// weight row at a time, or [`W_ROWS`] when x is larger than L1); false (nothing written) for a
+/// float dtype. The order per output is [`gemv_blocks_avx512`]'s. Callers outside this
+/// module's features call it only after detecting AVX-512F, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) fn gemm_blocks_avx512(
     dtype: DType,
@@ -356,38 +363,74 @@ fn multi<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut Co
     let x = &x[..m * k];
     let row_bytes = k / elems * B::BYTES;
     let cols = out.cols();
-    let per_pass = (X_PASS_BYTES / (4 * k)).clamp(1, X_ROWS);
-    let mut sums = [[0.0f32; LANES]; X_ROWS];
-    for j in cols.clone() {
-        let w = &bytes[j * row_bytes..][..row_bytes];
-        // The next row is on its way while this one meets every x row ([`simd::prefetch`]).
-        simd::prefetch(w.as_ptr().wrapping_add(row_bytes), row_bytes);
+    let side_by_side = if 4 * k * m.min(X_ROWS) > X_L1_BYTES {
+        W_ROWS
+    } else {
+        1
+    };
+    let mut j = cols.start;
+    while j < cols.end {
+        let wr = side_by_side.min(cols.end - j);
+        let w = &bytes[j * row_bytes..(j + wr) * row_bytes];
+        // The next rows are on their way while these meet every x row ([`simd::prefetch`]).
+        simd::prefetch(w.as_ptr().wrapping_add(w.len()), w.len());
         let mut i0 = 0;
         while i0 < m {
-            let rows = per_pass.min(m - i0);
+            let rows = X_ROWS.min(m - i0);
             let xs = &x[i0 * k..(i0 + rows) * k];
-            match rows {
-                8 => sums = dots_x::<B, 8>(xs, k, w),
-                7 => sums[..7].copy_from_slice(&dots_x::<B, 7>(xs, k, w)),
-                6 => sums[..6].copy_from_slice(&dots_x::<B, 6>(xs, k, w)),
-                5 => sums[..5].copy_from_slice(&dots_x::<B, 5>(xs, k, w)),
-                4 => sums[..4].copy_from_slice(&dots_x::<B, 4>(xs, k, w)),
-                3 => sums[..3].copy_from_slice(&dots_x::<B, 3>(xs, k, w)),
-                2 => sums[..2].copy_from_slice(&dots_x::<B, 2>(xs, k, w)),
-                _ => sums[..1].copy_from_slice(&dots_x::<B, 1>(xs, k, w)),
+            let at = (i0, j - cols.start);
+            macro_rules! tile {
+                ($r:literal) => {
+                    match wr {
+                        W_ROWS => put(out, at, &dots_x::<B, $r, W_ROWS>(xs, k, w, row_bytes)),
+                        2 => put(out, at, &dots_x::<B, $r, 2>(xs, k, w, row_bytes)),
+                        _ => put_one(out, at, &dots_x1::<B, $r>(xs, k, w)),
+                    }
+                };
             }
-            for (r, lanes) in sums[..rows].iter().enumerate() {
-                out.row(i0 + r)[j - cols.start] = simd::reduce_lanes(lanes);
+            match rows {
+                8 => tile!(8),
+                7 => tile!(7),
+                6 => tile!(6),
+                5 => tile!(5),
+                4 => tile!(4),
+                3 => tile!(3),
+                2 => tile!(2),
+                _ => tile!(1),
             }
             i0 += rows;
+        }
+        j += wr;
+    }
+}
+
+/// Each output's lane sums reduced into `out`: x row `i0 + r` and column `c0 + c` for
+/// `sums[r][c]`, `(i0, c0) = at`.
+#[inline(always)]
+fn put<const W: usize>(out: &mut ColumnsMut<'_>, at: (usize, usize), sums: &[[[f32; LANES]; W]]) {
+    let (i0, c0) = at;
+    for (r, s) in sums.iter().enumerate() {
+        for (c, lanes) in s.iter().enumerate() {
+            out.row(i0 + r)[c0 + c] = simd::reduce_lanes(lanes);
         }
     }
 }
 
-/// The 16 lane sums of `x_r · w` for `R` x rows (`xs`, `[R, k]`) and one weight row `w` of
-/// whole blocks.
+/// [`put`] for one weight row.
 #[inline(always)]
-fn dots_x<B: Blocks512, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; LANES]; R] {
+fn put_one(out: &mut ColumnsMut<'_>, at: (usize, usize), sums: &[[f32; LANES]]) {
+    let (i0, c0) = at;
+    for (r, lanes) in sums.iter().enumerate() {
+        out.row(i0 + r)[c0] = simd::reduce_lanes(lanes);
+    }
+}
+
+/// The 16 lane sums of `x_r · w` for `R` x rows (`xs`, `[R, k]`) and one weight row `w` of
+/// whole blocks: [`dots_x`] for one weight row, kept apart because the generic one measured
+/// about 5 % slower with one row (its register allocation reloads the row stride from the
+/// stack).
+#[inline(always)]
+fn dots_x1<B: Blocks512, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = k / elems;
     assert!(
@@ -418,6 +461,69 @@ fn dots_x<B: Blocks512, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32
     for (l, a) in lanes.iter_mut().zip(&acc) {
         // SAFETY: `l` holds 16 f32s: one unaligned store.
         unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *a) };
+    }
+    lanes
+}
+
+/// The 16 lane sums of `x_r · w_c` for `R` x rows (`xs`, `[R, k]`) and `W` weight rows (`w`,
+/// `W` rows of `row_bytes`, whole blocks).
+#[inline(always)]
+// Index loops on purpose: see the comment in the body.
+#[allow(clippy::needless_range_loop)]
+fn dots_x<B: Blocks512, const R: usize, const W: usize>(
+    xs: &[f32],
+    k: usize,
+    w: &[u8],
+    row_bytes: usize,
+) -> [[[f32; LANES]; W]; R] {
+    let elems = 32 * B::GROUPS;
+    let blocks = k / elems;
+    assert!(
+        xs.len() >= R * k && row_bytes == blocks * B::BYTES && w.len() >= W * row_bytes,
+        "gemm operand lengths"
+    );
+    // As in `dots`: the assert bounds every read, and the callers enable the features.
+    // SAFETY: a register intrinsic; it touches no memory.
+    let mut acc: [[__m512; W]; R] = [[unsafe { _mm512_setzero_ps() }; W]; R];
+    // Index loops rather than `array::from_fn` or iterator adapters: their closures and
+    // methods are compiled without this function's features and end up called, not inlined
+    // (measured: a `skip` here cost a call per block and half the speed).
+    for b in 0..blocks {
+        let mut blk: [&[u8]; W] = [&[]; W];
+        for c in 0..W {
+            blk[c] = &w[c * row_bytes + b * B::BYTES..][..B::BYTES];
+        }
+        let mut shared = [B::prepare(blk[0]); W];
+        for c in 1..W {
+            shared[c] = B::prepare(blk[c]);
+        }
+        for g in 0..B::GROUPS {
+            // SAFETY: a register intrinsic; it touches no memory.
+            let mut v: [[__m512; 2]; W] = [[unsafe { _mm512_setzero_ps() }; 2]; W];
+            for c in 0..W {
+                // SAFETY: `blk[c]` is one whole block.
+                v[c] = unsafe { B::group512(blk[c], &shared[c], g) };
+            }
+            let at = b * elems + 32 * g;
+            for r in 0..R {
+                // SAFETY: reads `xs[r * k + at..][..32]`, inside row `r` (`at + 32 <= k`).
+                unsafe {
+                    let p = xs.as_ptr().add(r * k + at);
+                    let (x0, x1) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
+                    for c in 0..W {
+                        acc[r][c] =
+                            _mm512_fmadd_ps(x1, v[c][1], _mm512_fmadd_ps(x0, v[c][0], acc[r][c]));
+                    }
+                }
+            }
+        }
+    }
+    let mut lanes = [[[0.0f32; LANES]; W]; R];
+    for r in 0..R {
+        for c in 0..W {
+            // SAFETY: `lanes[r][c]` holds 16 f32s: one unaligned store.
+            unsafe { _mm512_storeu_ps(lanes[r][c].as_mut_ptr(), acc[r][c]) };
+        }
     }
     lanes
 }

@@ -77,7 +77,7 @@ fn simd_decoders_give_the_scalar_decoders_bits() {
 #[test]
 fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     let mut rng = Rng::new(19);
-    // k = 2048 makes the few-row kernels split 8 x rows into passes; 13 rows leave remainders.
+    // k = 2048: x rows larger than L1; 13 rows leave remainders of the three-row tiles.
     for (dtype, (n, k)) in quantized_dtypes().flat_map(|d| [(d, (40, 512)), (d, (13, 2048))]) {
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
