@@ -188,16 +188,8 @@ pub fn parse_inputs(bytes: &[u8], path: &Path) -> Result<Vec<Input>, InputsError
     parse_inputs_as(bytes, path, InputsFormat::Auto)
 }
 
-/// The format of inputs `bytes`: the OpenAI batch format when the first non-blank line is an
-/// object with `custom_id`, else the runner's (whose parse then says what is wrong).
-pub fn detect_format(bytes: &[u8]) -> InputsFormat {
-    let first = bytes
-        .split(|&b| b == b'\n')
-        .find(|l| !l.iter().all(u8::is_ascii_whitespace));
-    first.map_or(InputsFormat::Runner, format_of_line)
-}
-
-/// The format a first non-blank line shows.
+/// The format a first non-blank line shows: the OpenAI batch format when it is an object with
+/// `custom_id`, else the runner's (whose parse then says what is wrong).
 fn format_of_line(line: &[u8]) -> InputsFormat {
     let is_openai = serde_json::from_slice::<serde_json::Map<String, Value>>(line)
         .ok()
@@ -209,7 +201,7 @@ fn format_of_line(line: &[u8]) -> InputsFormat {
     }
 }
 
-/// Parse inputs JSONL in `format` (`Auto`: [`detect_format`]).
+/// Parse inputs JSONL in `format` (`Auto`: the format the first non-blank line shows).
 pub fn parse_inputs_as(
     bytes: &[u8],
     path: &Path,

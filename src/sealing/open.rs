@@ -100,35 +100,14 @@ const NAMED_KINDS: usize = 3;
 
 /// The plaintext of the age file `bytes`, for `key`, at most `cap` bytes, in zeroizing memory.
 pub fn open(bytes: &[u8], key: &SealKey, cap: u64) -> Result<Zeroizing<Vec<u8>>, OpenError> {
-    // Dearmored once here, so the header can be described when the key does not match.
+    // Dearmored once here, so that malformed armor is named as such.
     let mut binary = Zeroizing::new(Vec::with_capacity(bytes.len()));
     age::armor::ArmoredReader::new(bytes)
         .read_to_end(&mut binary)
         .map_err(|_| OpenError::Damaged("its ASCII armor is malformed"))?;
-    let decryptor = match age::Decryptor::new_buffered(&binary[..]) {
-        Ok(d) => d,
-        Err(age::DecryptError::UnknownFormat) => return Err(OpenError::UnknownFormat),
-        Err(_) => return Err(OpenError::Damaged("its header does not parse")),
-    };
-    if decryptor.is_scrypt() {
-        return Err(OpenError::Passphrase);
-    }
-    let mut reader = match decryptor.decrypt(std::iter::once(key.identity() as &dyn age::Identity))
-    {
-        Ok(r) => r,
-        Err(age::DecryptError::NoMatchingKeys) => {
-            return Err(OpenError::NotForUs {
-                stanzas: describe_stanzas(&binary),
-                ours: key.recipient(),
-            })
-        }
-        Err(age::DecryptError::InvalidMac) => {
-            return Err(OpenError::Damaged("its header was altered"))
-        }
-        Err(_) => return Err(OpenError::Damaged("its header does not check out")),
-    };
+    let reader = open_stream(&binary[..], key, || binary.to_vec())?;
     let mut plain = Zeroizing::new(Vec::new());
-    (&mut reader)
+    reader
         .take(cap.saturating_add(1))
         .read_to_end(&mut plain)
         .map_err(|_| OpenError::Damaged("its payload was truncated or altered"))?;
