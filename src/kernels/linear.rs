@@ -187,6 +187,16 @@ trait Rows: Sync {
     unsafe fn decode_avx2(&self, start: usize, out: &mut [f32]) {
         self.decode(start, out);
     }
+    /// [`Rows::decode`] for the AVX-512 path; same values.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode_avx512(&self, start: usize, out: &mut [f32]) {
+        // SAFETY: the caller guarantees more than `decode_avx2` needs.
+        unsafe { self.decode_avx2(start, out) }
+    }
     /// Elements `start..start + 8` as one vector, the values [`Rows::decode`] gives.
     ///
     /// # Safety
@@ -247,6 +257,20 @@ impl Rows for WeightRows<'_> {
             DType::F16 => unsafe { simd::decode16_avx2(halves(), true, out) },
             // SAFETY: as above.
             blocks => unsafe { quant::read_avx2(blocks, self.bytes, start, out) },
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn decode_avx512(&self, start: usize, out: &mut [f32]) {
+        match self.dtype {
+            // SAFETY: the caller guarantees AVX-512F, AVX2, FMA and F16C (this trait method's
+            // contract).
+            blocks if blocks.is_quantized() => unsafe {
+                quant::read_avx512(blocks, self.bytes, start, out)
+            },
+            // SAFETY: as above, more than `decode_avx2` needs.
+            _ => unsafe { self.decode_avx2(start, out) },
         }
     }
 
@@ -738,6 +762,13 @@ fn columns<S: Rows, const P: u8>(x: &[f32], m: usize, k: usize, w: &S, out: &mut
                 let kb = KB.min(k - k0);
                 for j in 0..nb {
                     let dst = &mut wbuf[j * KB..j * KB + kb];
+                    #[cfg(target_arch = "x86_64")]
+                    if P == AVX512 {
+                        // SAFETY: `P == AVX512` only in the instantiation `columns_on` runs
+                        // after detecting AVX-512F, AVX2, FMA and F16C.
+                        unsafe { w.decode_avx512((n0 + j) * k + k0, dst) };
+                        continue;
+                    }
                     #[cfg(target_arch = "x86_64")]
                     if P >= AVX2 {
                         // SAFETY: `P >= AVX2` only in the instantiations `columns_on` runs

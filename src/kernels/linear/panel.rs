@@ -157,8 +157,9 @@ fn columns<S: Rows, const WIDE: bool>(
     let mut j0 = cols.start;
     while j0 < cols.end {
         let width = PANEL.min(cols.end - j0);
-        // SAFETY: both callers enable the features `pack_panel` is compiled for.
-        unsafe { pack_panel(w, j0, width, &mut panel) };
+        // SAFETY: both callers enable the features `pack_panel` is compiled for, and `WIDE`
+        // only in `columns_avx512`, entered only after AVX-512F was detected.
+        unsafe { pack_panel::<S, WIDE>(w, j0, width, &mut panel) };
         let mut i = 0;
         while i < m {
             let i0 = i - i % GROUP;
@@ -208,8 +209,9 @@ fn columns<S: Rows, const WIDE: bool>(
 /// Weight rows `j0..j0 + width` as a panel `[k, PANEL]`: `panel[kk * PANEL + c]` is row
 /// `j0 + c`'s inner element `kk`; rows past `width` are zero. Each 8 × 8 block is
 /// decoded straight from the stored rows into registers and transposed there.
+/// `WIDE` decodes block formats sixteen values a vector; the caller has detected AVX-512F then.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pack_panel<S: Rows>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
+fn pack_panel<S: Rows, const WIDE: bool>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
     let k = panel.len() / PANEL;
     if w.blocked() {
         // Eight elements of a block format cost their whole block: decode the panel's rows a
@@ -220,7 +222,11 @@ fn pack_panel<S: Rows>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
         while k0 < k {
             let len = BLOCK_SPAN.min(k - k0);
             for (c, dst) in rows[..PANEL * len].chunks_exact_mut(len).enumerate() {
-                if c < width {
+                if c < width && WIDE {
+                    // SAFETY: `WIDE` only after AVX-512F was detected (this function's
+                    // contract), with the features `decode_avx2` needs.
+                    unsafe { w.decode_avx512((j0 + c) * k + k0, dst) };
+                } else if c < width {
                     // SAFETY: this function's features include those `decode_avx2` needs.
                     unsafe { w.decode_avx2((j0 + c) * k + k0, dst) };
                 } else {
@@ -228,7 +234,7 @@ fn pack_panel<S: Rows>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
                 }
             }
             let span = &mut panel[k0 * PANEL..(k0 + len) * PANEL];
-            pack_panel(&super::F32Rows(&rows[..PANEL * len]), 0, PANEL, span);
+            pack_panel::<_, false>(&super::F32Rows(&rows[..PANEL * len]), 0, PANEL, span);
             k0 += len;
         }
         return;
