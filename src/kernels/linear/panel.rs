@@ -14,9 +14,10 @@
 //! output are then added in `simd::reduce_lanes`' tree, with the same operands in the same
 //! order, so every output keeps its bits.
 //!
-//! Packing a panel decodes its weight rows (bf16, f16 or f32) to f32 and transposes them, about
+//! Packing a panel decodes its weight rows (any stored dtype) to f32 and transposes them, about
 //! one shuffle per element, once per call: it pays for itself from a few x rows up (see
-//! [`MIN_ROWS`]).
+//! [`MIN_ROWS`]). When x is larger than L2 (a prefill), a block of panels is packed before the
+//! row tiles run, so that x is read once per block instead of once per panel.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
@@ -45,6 +46,13 @@ const MAX_ROWS: usize = WIDE_ROWS;
 /// alternating in one process, the 270m shapes: 0.7x at 8 rows, 1.0x at 16, 1.1x at 24,
 /// 1.45x at 128; docs/performance.md).
 pub(super) const MIN_ROWS: usize = 24;
+/// Bytes of packed panels a task keeps at a time: a quarter of a 2 MiB L2, so that the x rows
+/// of a tile stay beside them. Every panel of a block meets each x row tile in turn, so x is
+/// read once per block: a prefill's x (4096 rows x 640 f32 = 10 MiB at batch 32, prompt 128)
+/// read once per 16-column panel came from L3 or memory every time.
+const BLOCK_BYTES: usize = 512 << 10;
+/// Bytes of x up to which one panel at a time is packed (see [`panels_per_block`]).
+const X_L2_BYTES: usize = 1 << 20;
 /// Inner elements of a block-format panel decoded at a time: a whole number of blocks of every
 /// format (32 or 256 elements), since rows are whole blocks.
 const BLOCK_SPAN: usize = 256;
@@ -151,59 +159,98 @@ fn columns<S: Rows, const WIDE: bool>(
     assert!(xp.len() >= m * k, "permuted x shorter than [m, k]");
     let seg = Segments::new(k);
     let cols = out.cols();
-    let mut panel = vec![0.0f32; k * PANEL];
+    let per_block = panels_per_block(m, k);
+    // One spare cache line between panels: at k = 2048 a panel is 128 KiB, and panels that far
+    // apart would share L2's sets.
+    let stride = k * PANEL + PANEL;
+    let mut panels = vec![0.0f32; per_block.min(cols.len().div_ceil(PANEL)) * stride];
     let mut sums = [[[0.0f32; PANEL]; MAX_ROWS]; LANES];
     let step = if WIDE { WIDE_ROWS } else { TILE_ROWS };
-    let mut j0 = cols.start;
-    while j0 < cols.end {
-        let width = PANEL.min(cols.end - j0);
-        // SAFETY: both callers enable the features `pack_panel` is compiled for, and `WIDE`
-        // only in `columns_avx512`, entered only after AVX-512F was detected.
-        unsafe { pack_panel::<S, WIDE>(w, j0, width, &mut panel) };
+    let mut b0 = cols.start;
+    while b0 < cols.end {
+        // A block of panels packed first, then every row tile against each of them: x passes
+        // once per block rather than once per panel.
+        let b1 = (b0 + per_block * PANEL).min(cols.end);
+        for (p, panel) in panels.chunks_exact_mut(stride).enumerate() {
+            let j0 = b0 + p * PANEL;
+            if j0 < b1 {
+                let panel = &mut panel[..k * PANEL];
+                // SAFETY: both callers enable the features `pack_panel` is compiled for, and
+                // `WIDE` only in `columns_avx512`, entered only after AVX-512F was detected.
+                unsafe { pack_panel::<S, WIDE>(w, j0, PANEL.min(b1 - j0), panel) };
+            }
+        }
         let mut i = 0;
         while i < m {
             let i0 = i - i % GROUP;
             let g = GROUP.min(m - i0);
             let (r0, rows) = (i - i0, step.min(i0 + g - i));
             let x = &xp[i0 * k..(i0 + g) * k];
-            if WIDE {
-                macro_rules! wide {
-                    ($($r:literal)*) => {
-                        match rows {
-                            $($r => {
-                                // SAFETY: `WIDE` only in `columns_avx512`, entered only after
-                                // AVX-512F was detected.
-                                unsafe { tile_avx512::<$r>(x, k, (g, r0), &panel, seg, &mut sums) }
-                            })*
-                            _ => unreachable!("tile rows"),
-                        }
-                    };
+            for (p, panel) in panels.chunks_exact(stride).enumerate() {
+                let j0 = b0 + p * PANEL;
+                if j0 >= b1 {
+                    break;
                 }
-                wide!(1 2 3 4 5 6 7 8 9 10 11 12);
-            } else {
-                // SAFETY: both callers enable AVX2 and FMA.
-                unsafe {
-                    match rows {
-                        6 => tile::<6>(x, k, (g, r0), &panel, seg, &mut sums),
-                        5 => tile::<5>(x, k, (g, r0), &panel, seg, &mut sums),
-                        4 => tile::<4>(x, k, (g, r0), &panel, seg, &mut sums),
-                        3 => tile::<3>(x, k, (g, r0), &panel, seg, &mut sums),
-                        2 => tile::<2>(x, k, (g, r0), &panel, seg, &mut sums),
-                        _ => tile::<1>(x, k, (g, r0), &panel, seg, &mut sums),
+                let panel = &panel[..k * PANEL];
+                if WIDE {
+                    macro_rules! wide {
+                        ($($r:literal)*) => {
+                            match rows {
+                                $($r => {
+                                    // SAFETY: `WIDE` only in `columns_avx512`, entered only
+                                    // after AVX-512F was detected.
+                                    unsafe { tile_avx512::<$r>(x, k, (g, r0), panel, seg, &mut sums) }
+                                })*
+                                _ => unreachable!("tile rows"),
+                            }
+                        };
+                    }
+                    wide!(1 2 3 4 5 6 7 8 9 10 11 12);
+                } else {
+                    // SAFETY: both callers enable AVX2 and FMA.
+                    unsafe {
+                        match rows {
+                            6 => tile::<6>(x, k, (g, r0), panel, seg, &mut sums),
+                            5 => tile::<5>(x, k, (g, r0), panel, seg, &mut sums),
+                            4 => tile::<4>(x, k, (g, r0), panel, seg, &mut sums),
+                            3 => tile::<3>(x, k, (g, r0), panel, seg, &mut sums),
+                            2 => tile::<2>(x, k, (g, r0), panel, seg, &mut sums),
+                            _ => tile::<1>(x, k, (g, r0), panel, seg, &mut sums),
+                        }
                     }
                 }
-            }
-            for r in 0..rows {
-                let mut reduced = [0.0f32; PANEL];
-                // SAFETY: both callers enable AVX2.
-                unsafe { reduce(&sums, r, &mut reduced) };
+                let width = PANEL.min(b1 - j0);
                 let at = j0 - cols.start;
-                out.row(i + r)[at..at + width].copy_from_slice(&reduced[..width]);
+                for r in 0..rows {
+                    let dst = &mut out.row(i + r)[at..at + width];
+                    // A whole panel's outputs are stored straight from the registers (a copy
+                    // of 64 bytes through `memcpy` cost 5 % of a prefill).
+                    if let Ok(whole) = <&mut [f32; PANEL]>::try_from(&mut *dst) {
+                        // SAFETY: both callers enable AVX2.
+                        unsafe { reduce(&sums, r, whole) };
+                        continue;
+                    }
+                    let mut reduced = [0.0f32; PANEL];
+                    // SAFETY: as above.
+                    unsafe { reduce(&sums, r, &mut reduced) };
+                    dst.copy_from_slice(&reduced[..width]);
+                }
             }
             i += rows;
         }
-        j0 += width;
+        b0 = b1;
     }
+}
+
+/// Panels packed together for `m` x rows of inner length `k`: one while x fits beside them in
+/// L2 (there a block gains nothing and measured a few percent slower at k = 2048), else as many
+/// as fit [`BLOCK_BYTES`].
+fn panels_per_block(m: usize, k: usize) -> usize {
+    let floats = std::mem::size_of::<f32>();
+    if m * k * floats <= X_L2_BYTES {
+        return 1;
+    }
+    (BLOCK_BYTES / (k * PANEL * floats).max(1)).max(1)
 }
 
 /// Weight rows `j0..j0 + width` as a panel `[k, PANEL]`: `panel[kk * PANEL + c]` is row

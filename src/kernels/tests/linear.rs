@@ -196,6 +196,28 @@ fn many_rows_keep_every_output_bit_of_the_fixed_order_dot() {
 }
 
 #[test]
+fn many_rows_keep_their_bits_across_blocks_of_panels() {
+    // Once x outgrows L2 (1 MiB) the panel kernel packs as many panels as fit its block (four
+    // at k = 2048) and runs every row tile against each: 150 columns make two whole blocks and
+    // a third ending in a partial panel, on one thread and split between two or three. 30 rows
+    // take one panel at a time.
+    let mut rng = Rng::new(29);
+    let (k, n) = (2048, 150);
+    for m in [30, 131] {
+        let x = tensor(&[m, k], &mut rng, 1.0);
+        for dtype in DTYPES {
+            let w = weight(dtype, &[n, k], &mut rng, 1.0);
+            let one = with_threads(1, || linear(&x, &w)).expect("valid shapes");
+            assert_fixed_order_dot(&one, &x, &w, &format!("{dtype:?} m={m}"));
+            for t in [2, 3] {
+                let many = with_threads(t, || linear(&x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} {t} threads");
+            }
+        }
+    }
+}
+
+#[test]
 fn linear_accepts_any_leading_shape() {
     let mut rng = Rng::new(3);
     let w = weight(DType::BF16, &[6, 10], &mut rng, 1.0);
@@ -224,11 +246,14 @@ fn linear_t_equals_linear_with_f32_weights() {
 
 #[test]
 fn linear_with_empty_inner_dimension_is_zero() {
-    let x = Tensor::new(vec![2, 0], vec![]).expect("shape");
-    let w = Weight::from_f32(vec![3, 0], &[]).expect("shape");
-    let y = linear(&x, &w).expect("valid");
-    assert_eq!(y.shape(), &[2, 3]);
-    assert!(y.data().iter().all(|&v| v == 0.0));
+    // Two rows take the tile kernels, thirty the panel kernel.
+    for m in [2, 30] {
+        let x = Tensor::new(vec![m, 0], vec![]).expect("shape");
+        let w = Weight::from_f32(vec![3, 0], &[]).expect("shape");
+        let y = linear(&x, &w).expect("valid");
+        assert_eq!(y.shape(), &[m, 3]);
+        assert!(y.data().iter().all(|&v| v == 0.0));
+    }
 }
 
 #[test]
