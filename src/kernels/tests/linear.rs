@@ -213,6 +213,10 @@ fn many_rows_keep_their_bits_across_blocks_of_panels() {
                 let many = with_threads(t, || linear(&x, &w)).expect("valid");
                 assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} {t} threads");
             }
+            for isa in simd::available() {
+                let on = with_threads(2, || linear_on(isa, &x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&on), "{dtype:?} m={m} on {isa:?}");
+            }
         }
     }
 }
