@@ -54,19 +54,30 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
         Weight::from_values(dtype, vec![n, k], &values(n * k, 2)).expect("shape")
     };
     let reps = (2e9 / (2.0 * (m * k * n) as f64)).clamp(5.0, 400.0) as usize;
+    // `ARGMAX=1`: time `linear_argmax` (the output head's path: the screen past 16384 rows,
+    // built by a first call that is not timed) instead of `linear`.
+    let argmax = std::env::var_os("ARGMAX").is_some();
+    let reps = if argmax { reps.max(20) } else { reps };
+    if argmax {
+        std::hint::black_box(kernels::linear_argmax(&x, &w).expect("argmax"));
+    }
     let mut times = Vec::new();
     for _ in 0..reps {
         let t = Instant::now();
-        let y = kernels::linear_on(isa, &x, &w).expect("linear");
+        if argmax {
+            std::hint::black_box(kernels::linear_argmax(&x, &w).expect("argmax"));
+        } else {
+            std::hint::black_box(kernels::linear_on(isa, &x, &w).expect("linear"));
+        }
         times.push(t.elapsed().as_secs_f64());
-        std::hint::black_box(y);
     }
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
     let t = median(times);
     let gflops = |t: f64| 2.0 * (m * k * n) as f64 / t / 1e9;
     let gbs = dtype.bytes_for(n * k).unwrap_or(0) as f64 / t / 1e9;
+    let op = if argmax { "linear_argmax" } else { "linear" };
     println!(
-        "linear {isa:?} x[{m},{k}] w[{n},{k}] {dtype:?}: median {:.1} us {:.1} GFLOP/s \
+        "{op} {isa:?} x[{m},{k}] w[{n},{k}] {dtype:?}: median {:.1} us {:.1} GFLOP/s \
          ({gbs:.1} GB/s weights), best {:.1} GFLOP/s",
         t * 1e6,
         gflops(t),

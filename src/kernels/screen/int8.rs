@@ -19,6 +19,7 @@
 //! and their products (`vpmaddwd` on 16-bit lanes) go into the same accumulators.
 #![allow(unsafe_code)]
 
+use super::panel;
 use crate::kernels::simd::Cpu;
 
 /// Magnitude of a quantised x value.
@@ -27,12 +28,8 @@ pub(super) const X_QMAX: f32 = 127.0;
 pub(super) const WIDE: usize = 16;
 /// Magnitude of a quantised value of a wide channel.
 const WIDE_QMAX: f32 = 32767.0;
-/// x rows per register tile.
+/// x rows per register tile on AVX2, and the fewest on VNNI: the caller pads x to a multiple.
 pub(super) const TILE_X: usize = 4;
-/// Weight rows per register tile.
-const TILE_W: usize = 2;
-/// Inner elements per step of the AVX2 tile.
-const STEP: usize = 32;
 
 /// The largest inner length whose sums fit `i32`: `k · 127 · 127 + WIDE · 32767 · 127 < 2³¹`.
 pub(super) const MAX_K: usize = 1 << 16;
@@ -111,89 +108,97 @@ pub(super) fn round_row(
     }
 }
 
-/// A weight row's values at `channels`, widened; zero past `channels.len()`.
-fn wide_of(row: &[u8], channels: &[usize]) -> [i16; WIDE] {
+/// Weight row `j`'s values at `channels`, widened; zero past `channels.len()`.
+fn wide_of(panels: &[u8], kp: usize, j: usize, channels: &[usize]) -> [i16; WIDE] {
     let mut out = [0i16; WIDE];
     for (slot, &t) in out.iter_mut().zip(channels) {
-        *slot = i16::from(row[t] as i8);
+        *slot = i16::from(panel::value(panels, kp, j, t));
     }
     out
 }
 
-/// x rows in the forms the tile reads: `q` (`i8` bits) and `|q|`, row-major `[m, k]`, and the
+/// x rows in the forms the tile reads: `q` (`i8` bits) and `|q|`, row-major `[m, kp]` with
+/// each row padded with zeros to the panels' row length `kp` ([`panel::padded`]), and the
 /// values of the wide `channels`, `[m, WIDE]`.
 pub(super) struct XBytes {
     pub(super) q: Vec<u8>,
     pub(super) mag: Vec<u8>,
     pub(super) wide: Vec<i16>,
     pub(super) channels: Vec<usize>,
-    /// `Σ_t q[i * k + t]` of each row, for the VNNI tile's offset: found on first use, once
+    /// `Σ_t q[i * kp + t]` of each row, for the VNNI tile's offset: found on first use, once
     /// per batch rather than once per block of weight rows.
     pub(super) sums: std::sync::OnceLock<Vec<i32>>,
 }
 
 impl XBytes {
-    /// The rows' sums of `q` (rows of `k`).
-    fn sums(&self, k: usize) -> &[i32] {
+    /// The rows' sums of `q` (rows of `kp`).
+    fn sums(&self, kp: usize) -> &[i32] {
         self.sums.get_or_init(|| {
             self.q
-                .chunks_exact(k.max(1))
+                .chunks_exact(kp.max(1))
                 .map(|row| row.iter().map(|&v| i32::from(v as i8)).sum())
                 .collect()
         })
     }
 }
 
-/// `out[i * rows + j] = Σ_t q[i * k + t] · w[j * k + t] + Σ_c wide[i * WIDE + c] · w[j * k +
-/// channels[c]]` for `i < m` and `j < rows`, with `q` and `w` as `i8`. `m` is a multiple of
-/// [`TILE_X`] (the caller pads x with rows of its own).
+/// `out[i * rows + j] = Σ_t q[i * kp + t] · w_j[t] + Σ_c wide[i * WIDE + c] · w_j[channels[c]]`
+/// for `i < m` and `j < rows`, with `q` as `i8` and `w_j` row `j` of `panels` (rows of padded
+/// length `kp`, [`panel`]). `m` is a multiple of [`TILE_X`] (the caller pads x with rows of
+/// its own).
 pub(super) fn dots(
     cpu: Cpu,
     x: &XBytes,
     m: usize,
-    w: &[u8],
+    panels: &[u8],
     rows: usize,
-    k: usize,
+    kp: usize,
     out: &mut [i32],
 ) {
-    let u = &x.q;
-    debug_assert!(m.is_multiple_of(TILE_X) && u.len() >= m * k && w.len() >= rows * k);
-    debug_assert!(x.mag.len() == u.len() && x.wide.len() >= m * WIDE);
-    debug_assert!(out.len() >= m * rows && k <= MAX_K);
+    assert!(m.is_multiple_of(TILE_X) && kp.is_multiple_of(panel::GROUP));
+    assert!(x.q.len() >= m * kp && x.mag.len() >= m * kp && x.wide.len() >= m * WIDE);
+    assert!(panels.len() >= panel::bytes(rows, kp) && out.len() >= m * rows && kp <= MAX_K);
+    assert!(x.channels.len() <= WIDE && x.channels.iter().all(|&t| t < kp));
     #[cfg(target_arch = "x86_64")]
-    if cpu.has_avx512_vnni() {
-        let grouped = rows - rows % VNNI_W;
-        // SAFETY: only detection makes a `Cpu`, and `has_avx512_vnni` means AVX-512F, BW and
-        // VNNI were confirmed; the bounds are the ones checked above.
-        unsafe { dots_vnni(x, m, w, grouped, k, out, rows) };
-        for j in grouped..rows {
-            dots_of_row(x, m, &w[j * k..(j + 1) * k], k, &mut out[j..], rows);
+    {
+        if cpu.has_avx512_vnni() {
+            // SAFETY: only detection makes a `Cpu`, and `has_avx512_vnni` means AVX-512F, BW
+            // and VNNI were confirmed; the bounds are the ones asserted above.
+            unsafe { dots_vnni(x, m, panels, rows, kp, out) };
+            return;
         }
-        return;
-    }
-    let paired = rows - rows % TILE_W;
-    #[cfg(target_arch = "x86_64")]
-    if cpu.has_avx2() && k >= STEP {
-        // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 was confirmed;
-        // the bounds are the ones checked above.
-        unsafe { dots_avx2(x, m, w, paired, k, out, rows) };
-        for j in paired..rows {
-            dots_of_row(x, m, &w[j * k..(j + 1) * k], k, &mut out[j..], rows);
+        if cpu.has_avx2() {
+            // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 was confirmed;
+            // the bounds are the ones asserted above.
+            unsafe { dots_avx2(x, m, panels, rows, kp, out) };
+            return;
         }
-        return;
     }
-    let _ = (cpu, paired);
+    let _ = cpu;
     for j in 0..rows {
-        dots_of_row(x, m, &w[j * k..(j + 1) * k], k, &mut out[j..], rows);
+        dots_of_row(x, m, panels, j, kp, &mut out[j..], rows);
     }
 }
 
-/// [`dots`] for one weight row, into `out[i * stride]`.
-fn dots_of_row(x: &XBytes, m: usize, row: &[u8], k: usize, out: &mut [i32], stride: usize) {
-    let wide = wide_of(row, &x.channels);
+/// [`dots`] for weight row `j`, into `out[i * stride]`.
+fn dots_of_row(
+    x: &XBytes,
+    m: usize,
+    panels: &[u8],
+    j: usize,
+    kp: usize,
+    out: &mut [i32],
+    stride: usize,
+) {
+    let wide = wide_of(panels, kp, j, &x.channels);
     for i in 0..m {
-        out[i * stride] = dot_scalar(&x.q[i * k..(i + 1) * k], row)
-            + wide_scalar(&x.wide[i * WIDE..(i + 1) * WIDE], &wide);
+        let xr = &x.q[i * kp..(i + 1) * kp];
+        let dot: i32 = xr
+            .iter()
+            .enumerate()
+            .map(|(t, &v)| i32::from(v as i8) * i32::from(panel::value(panels, kp, j, t)))
+            .sum();
+        out[i * stride] = dot + wide_scalar(&x.wide[i * WIDE..(i + 1) * WIDE], &wide);
     }
 }
 
@@ -204,227 +209,339 @@ fn wide_scalar(a: &[i16], b: &[i16]) -> i32 {
         .sum()
 }
 
-fn dot_scalar(u: &[u8], w: &[u8]) -> i32 {
-    u.iter()
-        .zip(w)
-        .map(|(&a, &b)| i32::from(a as i8) * i32::from(b as i8))
-        .sum()
+/// Pairs of wide channels per vector of [`wide_pairs`]: 16-bit products add in pairs.
+const PAIRS: usize = WIDE / 2;
+
+/// The wide channels' weights of one group of a panel (`v`, 32-bit lanes of four bytes), as
+/// 32-bit lanes: element `channel % 4` of each lane, sign-extended.
+macro_rules! element_of_lane {
+    ($sllv:ident, $srai:ident, $set1:ident, $v:expr, $channel:expr) => {
+        $srai::<24>($sllv(
+            $v,
+            $set1((24 - 8 * ($channel % panel::GROUP)) as i32),
+        ))
+    };
 }
 
-/// The AVX2 tile: [`TILE_X`] x rows × [`TILE_W`] weight rows in eight `i32` accumulators,
-/// each weight pair loaded once per x row group while it sits in L1.
+/// For each pair `p` of wide channels, one 32-bit lane per weight row of the panel at `w`
+/// (`kp` bytes per row) holding its value at channel `2p` in the low 16 bits and at `2p + 1`
+/// in the high 16 (zero past `channels`): what `vpdpwssd` multiplies by a broadcast pair of
+/// x's wide values.
+///
+/// # Safety
+/// The CPU has AVX-512F; `w` points at a whole panel and every channel is below `kp`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dots_avx2(
-    x: &XBytes,
-    m: usize,
-    w: &[u8],
-    paired: usize,
-    k: usize,
-    out: &mut [i32],
-    rows: usize,
-) {
-    use std::arch::x86_64::{
-        __m256i, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_extracti128_si256,
-        _mm256_hadd_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-        _mm256_set1_epi16, _mm256_setzero_si256, _mm256_sign_epi8, _mm_add_epi32, _mm_storeu_si128,
-    };
-    let full = k - k % STEP;
-    let ones = _mm256_set1_epi16(1);
-    let (q, mag) = (&x.q, &x.mag);
-    let mut j = 0;
-    while j < paired {
-        let (w0, w1) = (&w[j * k..(j + 1) * k], &w[(j + 1) * k..(j + 2) * k]);
-        let (ww0, ww1) = (wide_of(w0, &x.channels), wide_of(w1, &x.channels));
-        // SAFETY: each array holds 16 i16s.
-        let (ww0, ww1) = unsafe {
-            (
-                _mm256_loadu_si256(ww0.as_ptr().cast::<__m256i>()),
-                _mm256_loadu_si256(ww1.as_ptr().cast::<__m256i>()),
-            )
+#[target_feature(enable = "avx512f")]
+unsafe fn wide_pairs_512(w: *const u8, channels: &[usize]) -> [std::arch::x86_64::__m512i; PAIRS] {
+    // SAFETY: the caller keeps this function's contract (above).
+    unsafe {
+        use std::arch::x86_64::{
+            _mm512_and_si512, _mm512_loadu_si512, _mm512_or_si512, _mm512_set1_epi32,
+            _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sllv_epi32, _mm512_srai_epi32,
         };
-        let mut i = 0;
-        while i < m {
-            let mut acc = [_mm256_setzero_si256(); TILE_X * TILE_W];
-            let mut t = 0;
-            while t < full {
-                // SAFETY: reads bytes `t .. t + 32` of rows inside `q`, `mag` and `w`, with
-                // `t + 32 <= full <= k` (the caller's bounds).
-                unsafe {
-                    macro_rules! load {
-                        ($s:expr, $at:expr) => {
-                            _mm256_loadu_si256($s.as_ptr().add($at).cast::<__m256i>())
-                        };
-                    }
-                    let (a0, a1) = (load!(w0, t), load!(w1, t));
-                    for r in 0..TILE_X {
-                        let at = (i + r) * k + t;
-                        let (xs, xm) = (load!(q, at), load!(mag, at));
-                        let p0 = _mm256_maddubs_epi16(xm, _mm256_sign_epi8(a0, xs));
-                        let p1 = _mm256_maddubs_epi16(xm, _mm256_sign_epi8(a1, xs));
-                        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, ones));
-                        acc[TILE_X + r] =
-                            _mm256_add_epi32(acc[TILE_X + r], _mm256_madd_epi16(p1, ones));
-                    }
-                }
-                t += STEP;
+        let value = |c: usize| match channels.get(c) {
+            Some(&t) => {
+                let v = _mm512_loadu_si512(w.add(t / panel::GROUP * panel::GROUP_BYTES).cast());
+                element_of_lane!(
+                    _mm512_sllv_epi32,
+                    _mm512_srai_epi32,
+                    _mm512_set1_epi32,
+                    v,
+                    t
+                )
             }
-            for r in 0..TILE_X {
-                // SAFETY: row `i + r` of `x.wide` holds 16 i16s (the caller's bounds).
-                let xw = unsafe {
-                    _mm256_loadu_si256(x.wide.as_ptr().add((i + r) * WIDE).cast::<__m256i>())
-                };
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(xw, ww0));
-                acc[TILE_X + r] = _mm256_add_epi32(acc[TILE_X + r], _mm256_madd_epi16(xw, ww1));
-            }
-            // Eight sums from eight accumulators: three rounds of pairwise adds.
-            let h0 = _mm256_hadd_epi32(acc[0], acc[1]);
-            let h1 = _mm256_hadd_epi32(acc[2], acc[3]);
-            let h2 = _mm256_hadd_epi32(acc[4], acc[5]);
-            let h3 = _mm256_hadd_epi32(acc[6], acc[7]);
-            let (g0, g1) = (_mm256_hadd_epi32(h0, h1), _mm256_hadd_epi32(h2, h3));
-            let s0 = _mm_add_epi32(
-                _mm256_castsi256_si128(g0),
-                _mm256_extracti128_si256::<1>(g0),
-            );
-            let s1 = _mm_add_epi32(
-                _mm256_castsi256_si128(g1),
-                _mm256_extracti128_si256::<1>(g1),
-            );
-            let mut sums = [0i32; TILE_X * TILE_W];
-            // SAFETY: `sums` holds eight i32s, two 128-bit stores.
-            unsafe {
-                _mm_storeu_si128(sums.as_mut_ptr().cast(), s0);
-                _mm_storeu_si128(sums.as_mut_ptr().add(TILE_X).cast(), s1);
-            }
-            for r in 0..TILE_X {
-                let xr = &q[(i + r) * k + full..(i + r + 1) * k];
-                out[(i + r) * rows + j] = sums[r] + dot_scalar(xr, &w0[full..]);
-                out[(i + r) * rows + j + 1] = sums[TILE_X + r] + dot_scalar(xr, &w1[full..]);
-            }
-            i += TILE_X;
-        }
-        j += TILE_W;
+            None => _mm512_setzero_si512(),
+        };
+        let low = _mm512_set1_epi32(0xffff);
+        std::array::from_fn(|p| {
+            let lo = _mm512_and_si512(value(2 * p), low);
+            _mm512_or_si512(lo, _mm512_slli_epi32::<16>(value(2 * p + 1)))
+        })
     }
 }
 
-/// Weight rows per tile of [`dots_vnni`].
-const VNNI_W: usize = 4;
-/// Inner elements per step of [`dots_vnni`].
-const VNNI_STEP: usize = 64;
+/// [`wide_pairs_512`] on AVX2: for each pair, the panel's two halves of eight rows.
+///
+/// # Safety
+/// The CPU has AVX2; `w` points at a whole panel and every channel is below `kp`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn wide_pairs_256(
+    w: *const u8,
+    channels: &[usize],
+) -> [[std::arch::x86_64::__m256i; 2]; PAIRS] {
+    // SAFETY: the caller keeps this function's contract (above).
+    unsafe {
+        use std::arch::x86_64::{
+            __m256i, _mm256_and_si256, _mm256_loadu_si256, _mm256_or_si256, _mm256_set1_epi32,
+            _mm256_setzero_si256, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32,
+        };
+        let value = |c: usize, h: usize| match channels.get(c) {
+            Some(&t) => {
+                let at = t / panel::GROUP * panel::GROUP_BYTES + h * 32;
+                let v = _mm256_loadu_si256(w.add(at).cast::<__m256i>());
+                element_of_lane!(
+                    _mm256_sllv_epi32,
+                    _mm256_srai_epi32,
+                    _mm256_set1_epi32,
+                    v,
+                    t
+                )
+            }
+            None => _mm256_setzero_si256(),
+        };
+        let low = _mm256_set1_epi32(0xffff);
+        std::array::from_fn(|p| {
+            std::array::from_fn(|h| {
+                let lo = _mm256_and_si256(value(2 * p, h), low);
+                _mm256_or_si256(lo, _mm256_slli_epi32::<16>(value(2 * p + 1, h)))
+            })
+        })
+    }
+}
 
-/// The AVX-512 VNNI tile: [`TILE_X`] x rows × [`VNNI_W`] weight rows in sixteen `i32`
-/// accumulators. `vpdpbusd` multiplies unsigned by signed bytes and adds each four products
-/// into a 32-bit lane, with no 16-bit stage to saturate, so the weight's bytes are made unsigned
-/// (`w + 128`, one xor per vector, shared by every x row) and x stays signed:
-/// `Σ q w = Σ q (w + 128) - 128 Σ q`. Lanes past `k` load as zero bytes of x, which add nothing.
-/// Sums wrap in `i32`, and the true result fits ([`MAX_K`]), so the wrapped one is exact.
+/// Weight panels per register tile of [`dots_vnni`].
+const VNNI_PANELS: usize = 2;
+/// x rows per register tile of [`dots_vnni`] (then [`TILE_X`] for the rest).
+const VNNI_X: usize = 8;
+
+/// The AVX-512 VNNI tile: up to [`VNNI_X`] x rows × [`VNNI_PANELS`] panels of sixteen weight
+/// rows, one accumulator per x row and panel, each lane one weight row, so nothing is reduced
+/// across lanes. `vpdpbusd` multiplies unsigned by signed bytes and adds each four products
+/// into a 32-bit lane, with no 16-bit stage to saturate; x's four bytes are the broadcast
+/// (signed) operand, so the weight's bytes are made unsigned (`w + 128`, one xor per vector,
+/// shared by every x row): `Σ q w = Σ q (w + 128) - 128 Σ q`. The wide channels' 16-bit
+/// products go in with `vpdpwssd`. Sums wrap in `i32`, and the true result fits ([`MAX_K`]),
+/// so the wrapped one is exact.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn dots_vnni(
-    x: &XBytes,
-    m: usize,
-    w: &[u8],
-    grouped: usize,
-    k: usize,
-    out: &mut [i32],
-    rows: usize,
-) {
-    use std::arch::x86_64::{
-        __m256i, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_extracti128_si256,
-        _mm256_hadd_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_setzero_si256,
-        _mm512_castsi512_si256, _mm512_dpbusd_epi32, _mm512_extracti64x4_epi64, _mm512_loadu_si512,
-        _mm512_maskz_loadu_epi8, _mm512_set1_epi8, _mm512_setzero_si512, _mm512_xor_si512,
-        _mm_add_epi32, _mm_storeu_si128,
-    };
-    let q = &x.q;
-    let steps = k.div_ceil(VNNI_STEP);
-    // The mask of the last step's lanes inside `k`.
-    let last: u64 = match k % VNNI_STEP {
-        0 => u64::MAX,
-        r => (1u64 << r) - 1,
-    };
-    let flip = _mm512_set1_epi8(i8::MIN);
-    let sums_q = x.sums(k);
-    let mut j = 0;
-    while j < grouped {
-        let wr: [&[u8]; VNNI_W] = std::array::from_fn(|c| &w[(j + c) * k..(j + c + 1) * k]);
-        let wide: [[i16; WIDE]; VNNI_W] = std::array::from_fn(|c| wide_of(wr[c], &x.channels));
-        // SAFETY: each array holds 16 i16s.
-        let ww: [__m256i; VNNI_W] = unsafe {
-            let at = |c: usize| wide[c].as_ptr().cast::<__m256i>();
-            [
-                _mm256_loadu_si256(at(0)),
-                _mm256_loadu_si256(at(1)),
-                _mm256_loadu_si256(at(2)),
-                _mm256_loadu_si256(at(3)),
-            ]
-        };
+fn dots_vnni(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &mut [i32]) {
+    use std::arch::x86_64::{__m512i, _mm_prefetch, _MM_HINT_T0};
+    let n_panels = rows.div_ceil(panel::ROWS);
+    let size = panel::ROWS * kp;
+    let mut p = 0;
+    while p < n_panels {
+        let take = VNNI_PANELS.min(n_panels - p);
+        let block = &panels[p * size..(p + take) * size];
+        // SAFETY: panel `c` of `block` is whole (`dots` asserted the length); the channels
+        // are below `kp` (asserted too).
+        let wide: [[__m512i; PAIRS]; VNNI_PANELS] = std::array::from_fn(|c| unsafe {
+            wide_pairs_512(block.as_ptr().add(c.min(take - 1) * size), &x.channels)
+        });
+        // The next panels' wide channels lie scattered through them, a cache line each, and
+        // are read before the tiles stream those panels in: fetch them while these run.
+        for c in p + take..(p + take + VNNI_PANELS).min(n_panels) {
+            for &t in &x.channels {
+                let at = c * size + t / panel::GROUP * panel::GROUP_BYTES;
+                // SAFETY: a prefetch of an address inside `panels` (panel `c` exists).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(panels.as_ptr().add(at).cast()) };
+            }
+        }
         let mut i = 0;
         while i < m {
-            let mut acc = [_mm512_setzero_si512(); TILE_X * VNNI_W];
-            for s in 0..steps {
-                let t = s * VNNI_STEP;
-                let mask = if s + 1 == steps { last } else { u64::MAX };
-                // SAFETY: a masked load reads only the lanes `mask` sets, bytes `t ..
-                // min(t + 64, k)` of rows inside `q` and `w` (the caller's bounds).
-                unsafe {
-                    macro_rules! load {
-                        ($s:expr, $at:expr) => {
-                            if mask == u64::MAX {
-                                _mm512_loadu_si512($s.as_ptr().add($at).cast())
-                            } else {
-                                _mm512_maskz_loadu_epi8(mask, $s.as_ptr().add($at).cast::<i8>())
-                            }
-                        };
-                    }
-                    let a = [
-                        _mm512_xor_si512(load!(wr[0], t), flip),
-                        _mm512_xor_si512(load!(wr[1], t), flip),
-                        _mm512_xor_si512(load!(wr[2], t), flip),
-                        _mm512_xor_si512(load!(wr[3], t), flip),
-                    ];
-                    for r in 0..TILE_X {
-                        let xs = load!(q, (i + r) * k + t);
-                        for (c, &wv) in a.iter().enumerate() {
-                            let slot = c * TILE_X + r;
-                            acc[slot] = _mm512_dpbusd_epi32(acc[slot], wv, xs);
-                        }
-                    }
+            let at = Tile {
+                x,
+                i,
+                panels: block,
+                j0: p * panel::ROWS,
+                rows,
+                kp,
+            };
+            // SAFETY: the bounds `dots` asserted; the CPU has the features this function has.
+            unsafe {
+                match (take, m - i >= VNNI_X) {
+                    (VNNI_PANELS, true) => vnni_tile::<VNNI_X, VNNI_PANELS>(&at, &wide, out),
+                    (VNNI_PANELS, false) => vnni_tile::<TILE_X, VNNI_PANELS>(&at, &wide, out),
+                    (_, true) => vnni_tile::<VNNI_X, 1>(&at, &wide, out),
+                    (_, false) => vnni_tile::<TILE_X, 1>(&at, &wide, out),
                 }
             }
-            // Each accumulator halved to 8 lanes, the wide channels' products added, then
-            // four sums from each four accumulators by pairwise adds.
-            let mut half = [_mm256_setzero_si256(); TILE_X * VNNI_W];
-            for (slot, h) in half.iter_mut().enumerate() {
-                let (c, r) = (slot / TILE_X, slot % TILE_X);
-                let v = acc[slot];
-                let folded =
-                    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
-                // SAFETY: row `i + r` of `x.wide` holds 16 i16s (the caller's bounds).
-                let xw = unsafe {
-                    _mm256_loadu_si256(x.wide.as_ptr().add((i + r) * WIDE).cast::<__m256i>())
-                };
-                *h = _mm256_add_epi32(folded, _mm256_madd_epi16(xw, ww[c]));
-            }
-            let mut sums = [0i32; TILE_X * VNNI_W];
-            for c in 0..VNNI_W {
-                let h = &half[c * TILE_X..(c + 1) * TILE_X];
-                let g =
-                    _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
-                let s = _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g));
-                // SAFETY: `sums` holds sixteen i32s; this stores four of them.
-                unsafe { _mm_storeu_si128(sums.as_mut_ptr().add(c * TILE_X).cast(), s) };
-            }
-            for r in 0..TILE_X {
-                let offset = sums_q[i + r].wrapping_mul(128);
-                for c in 0..VNNI_W {
-                    out[(i + r) * rows + j + c] = sums[c * TILE_X + r].wrapping_sub(offset);
+            i += if m - i >= VNNI_X { VNNI_X } else { TILE_X };
+        }
+        p += take;
+    }
+}
+
+/// Where a register tile works: x rows from `i`, against the panels of `panels` (whose first
+/// row is weight row `j0` of `rows`).
+#[cfg(target_arch = "x86_64")]
+struct Tile<'a> {
+    x: &'a XBytes,
+    i: usize,
+    panels: &'a [u8],
+    j0: usize,
+    rows: usize,
+    kp: usize,
+}
+
+/// One tile of [`dots_vnni`]: x rows `i .. i + R` against the `P` panels, whose wide
+/// channels' weights are `wide` ([`wide_pairs_512`]).
+///
+/// # Safety
+/// The CPU has AVX-512F, BW and VNNI; `t.panels` holds `P` panels, x rows `i .. i + R` exist,
+/// and `out` holds rows `i .. i + R` of `t.rows` outputs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_tile<const R: usize, const P: usize>(
+    t: &Tile<'_>,
+    wide: &[[std::arch::x86_64::__m512i; PAIRS]],
+    out: &mut [i32],
+) {
+    // SAFETY: the caller keeps this function's contract (above).
+    unsafe {
+        use std::arch::x86_64::{
+            __m512i, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_loadu_si512,
+            _mm512_mask_storeu_epi32, _mm512_set1_epi32, _mm512_set1_epi8, _mm512_setzero_si512,
+            _mm512_storeu_si512, _mm512_sub_epi32, _mm512_xor_si512, _mm_prefetch, _MM_HINT_T0,
+        };
+        let (x, kp) = (t.x, t.kp);
+        let size = panel::ROWS * kp;
+        let flip = _mm512_set1_epi8(i8::MIN);
+        let mut acc = [[_mm512_setzero_si512(); P]; R];
+        let w = t.panels.as_ptr();
+        let xq = x.q.as_ptr().add(t.i * kp);
+        for g in 0..kp / panel::GROUP {
+            let a: [__m512i; P] = std::array::from_fn(|c| {
+                let at = w.add(c * size + g * panel::GROUP_BYTES);
+                // The first x rows read the panels from memory; later ones find them in cache.
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
+                _mm512_xor_si512(_mm512_loadu_si512(at.cast()), flip)
+            });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let b = _mm512_set1_epi32(
+                    xq.add(r * kp + g * panel::GROUP)
+                        .cast::<i32>()
+                        .read_unaligned(),
+                );
+                for c in 0..P {
+                    acc[c] = _mm512_dpbusd_epi32(acc[c], a[c], b);
                 }
             }
+        }
+        let sums = x.sums(kp);
+        for (r, acc) in acc.iter().enumerate() {
+            let row = t.i + r;
+            let offset = _mm512_set1_epi32(sums[row].wrapping_mul(128));
+            let xw = x.wide.as_ptr().add(row * WIDE);
+            for c in 0..P {
+                let mut v = _mm512_sub_epi32(acc[c], offset);
+                for (p, pair) in wide[c].iter().enumerate() {
+                    let xb = _mm512_set1_epi32(xw.add(2 * p).cast::<i32>().read_unaligned());
+                    v = _mm512_dpwssd_epi32(v, *pair, xb);
+                }
+                let j0 = t.j0 + c * panel::ROWS;
+                let dst = out.as_mut_ptr().add(row * t.rows + j0);
+                if j0 + panel::ROWS <= t.rows {
+                    _mm512_storeu_si512(dst.cast(), v);
+                } else {
+                    let mask = (1u32 << (t.rows - j0)) - 1;
+                    _mm512_mask_storeu_epi32(dst, mask as u16, v);
+                }
+            }
+        }
+    }
+}
+
+/// The AVX2 tile: [`TILE_X`] x rows × one panel (two vectors of eight weight rows), each lane
+/// one weight row. `vpmaddubsw` multiplies unsigned by signed bytes and adds pairs into
+/// saturating 16-bit lanes, so x is broadcast as `|q|` and the weight takes x's sign
+/// (`vpsignb`); with `|q_i|, |w_i| <= 127` a pair sums to at most 32258, below saturation, and
+/// `vpmaddwd` by ones adds the pairs into the 32-bit lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn dots_avx2(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &mut [i32]) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let size = panel::ROWS * kp;
+    for p in 0..rows.div_ceil(panel::ROWS) {
+        // SAFETY: panel `p` is whole (`dots` asserted the length); the channels are below `kp`.
+        let wide = unsafe { wide_pairs_256(panels.as_ptr().add(p * size), &x.channels) };
+        // As in `dots_vnni`: the next panel's wide channels, while this one's tiles run.
+        if p + 1 < rows.div_ceil(panel::ROWS) {
+            for &t in &x.channels {
+                let at = (p + 1) * size + t / panel::GROUP * panel::GROUP_BYTES;
+                // SAFETY: a prefetch of an address inside `panels` (panel `p + 1` exists).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(panels.as_ptr().add(at).cast()) };
+            }
+        }
+        let mut i = 0;
+        while i < m {
+            let at = Tile {
+                x,
+                i,
+                panels: &panels[p * size..(p + 1) * size],
+                j0: p * panel::ROWS,
+                rows,
+                kp,
+            };
+            // SAFETY: the bounds `dots` asserted; the CPU has AVX2.
+            unsafe { avx2_tile(&at, &wide, out) };
             i += TILE_X;
         }
-        j += VNNI_W;
+    }
+}
+
+/// One tile of [`dots_avx2`].
+///
+/// # Safety
+/// The CPU has AVX2; `t.panels` holds one panel, x rows `i .. i + TILE_X` exist, and `out`
+/// holds rows `i .. i + TILE_X` of `t.rows` outputs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_tile(
+    t: &Tile<'_>,
+    wide: &[[std::arch::x86_64::__m256i; 2]; PAIRS],
+    out: &mut [i32],
+) {
+    // SAFETY: the caller keeps this function's contract (above).
+    unsafe {
+        use std::arch::x86_64::{
+            __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+            _mm256_set1_epi16, _mm256_set1_epi32, _mm256_setzero_si256, _mm256_sign_epi8,
+            _mm256_storeu_si256, _mm_prefetch, _MM_HINT_T0,
+        };
+        const HALF: usize = panel::ROWS / 2;
+        let (x, kp) = (t.x, t.kp);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_si256(); 2]; TILE_X];
+        let w = t.panels.as_ptr();
+        let (xq, xm) = (x.q.as_ptr().add(t.i * kp), x.mag.as_ptr().add(t.i * kp));
+        for g in 0..kp / panel::GROUP {
+            let at = w.add(g * panel::GROUP_BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
+            let a = [
+                _mm256_loadu_si256(at.cast::<__m256i>()),
+                _mm256_loadu_si256(at.add(32).cast::<__m256i>()),
+            ];
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let off = r * kp + g * panel::GROUP;
+                let xs = _mm256_set1_epi32(xq.add(off).cast::<i32>().read_unaligned());
+                let xa = _mm256_set1_epi32(xm.add(off).cast::<i32>().read_unaligned());
+                for h in 0..2 {
+                    let p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(a[h], xs));
+                    acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let row = t.i + r;
+            let xw = x.wide.as_ptr().add(row * WIDE);
+            for h in 0..2 {
+                let mut v = acc[h];
+                for (p, pair) in wide.iter().enumerate() {
+                    let xb = _mm256_set1_epi32(xw.add(2 * p).cast::<i32>().read_unaligned());
+                    v = _mm256_add_epi32(v, _mm256_madd_epi16(pair[h], xb));
+                }
+                let j0 = t.j0 + h * HALF;
+                if j0 + HALF <= t.rows {
+                    _mm256_storeu_si256(out.as_mut_ptr().add(row * t.rows + j0).cast(), v);
+                } else if j0 < t.rows {
+                    let mut lanes = [0i32; HALF];
+                    _mm256_storeu_si256(lanes.as_mut_ptr().cast(), v);
+                    let n = t.rows - j0;
+                    out[row * t.rows + j0..row * t.rows + t.rows].copy_from_slice(&lanes[..n]);
+                }
+            }
+        }
     }
 }
 
@@ -434,14 +551,21 @@ mod tests {
     use crate::kernels::simd::{self, Isa};
 
     /// x rows of `m` (a multiple of [`TILE_X`]) and `rows` weight rows of length `k`, with
-    /// values anywhere in their ranges (`fill` picks each from a counter).
-    fn operands(m: usize, rows: usize, k: usize, fill: impl Fn(usize) -> i32) -> (XBytes, Vec<u8>) {
+    /// values anywhere in their ranges (`fill` picks each from a counter): the x rows and the
+    /// panels as the tiles read them, and the weight rows row-major, for the reference.
+    fn operands(
+        m: usize,
+        rows: usize,
+        k: usize,
+        fill: impl Fn(usize) -> i32,
+    ) -> (XBytes, Vec<u8>, Vec<u8>) {
+        let kp = panel::padded(k);
         let channels: Vec<usize> = (0..k.min(WIDE)).map(|c| c * k / k.clamp(1, WIDE)).collect();
         let is_wide = |t: usize| channels.contains(&t);
-        let mut q = vec![0u8; m * k];
-        for (at, v) in q.iter_mut().enumerate() {
-            if !is_wide(at % k) {
-                *v = (fill(at).clamp(-127, 127) as i8) as u8;
+        let mut q = vec![0u8; m * kp];
+        for i in 0..m {
+            for t in (0..k).filter(|&t| !is_wide(t)) {
+                q[i * kp + t] = (fill(i * k + t).clamp(-127, 127) as i8) as u8;
             }
         }
         let mag = q.iter().map(|&v| (v as i8).unsigned_abs()).collect();
@@ -454,25 +578,41 @@ mod tests {
                 }
             })
             .collect();
-        let w = (0..rows * k)
+        let w: Vec<u8> = (0..rows * k)
             .map(|at| (fill(at * 3 + 1).clamp(-127, 127) as i8) as u8)
             .collect();
-        (
-            XBytes {
-                q,
-                mag,
-                wide,
-                channels,
-                sums: Default::default(),
-            },
-            w,
-        )
+        let mut panels = vec![0u8; panel::bytes(rows, k)];
+        for (j, row) in w.chunks_exact(k.max(1)).take(rows).enumerate() {
+            panel::scatter(&mut panels, kp, j, row);
+        }
+        let x = XBytes {
+            q,
+            mag,
+            wide,
+            channels,
+            sums: Default::default(),
+        };
+        (x, panels, w)
     }
 
-    fn scalar(x: &XBytes, m: usize, w: &[u8], rows: usize, k: usize) -> Vec<i32> {
+    /// The sums written out from the row-major operands.
+    fn reference(x: &XBytes, m: usize, w: &[u8], rows: usize, k: usize) -> Vec<i32> {
+        let kp = panel::padded(k);
         let mut out = vec![0i32; m * rows];
-        for j in 0..rows {
-            dots_of_row(x, m, &w[j * k..(j + 1) * k], k, &mut out[j..], rows);
+        for i in 0..m {
+            for j in 0..rows {
+                let wr = &w[j * k..(j + 1) * k];
+                let narrow: i64 = (0..k)
+                    .map(|t| i64::from(x.q[i * kp + t] as i8) * i64::from(wr[t] as i8))
+                    .sum();
+                let wide: i64 = x
+                    .channels
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &t)| i64::from(x.wide[i * WIDE + c]) * i64::from(wr[t] as i8))
+                    .sum();
+                out[i * rows + j] = i32::try_from(narrow + wide).expect("fits i32");
+            }
         }
         out
     }
@@ -485,26 +625,43 @@ mod tests {
         }
     }
 
+    /// Every path `dots` can take on this CPU, the portable one included.
+    fn each_path(
+        x: &XBytes,
+        m: usize,
+        panels: &[u8],
+        rows: usize,
+        k: usize,
+    ) -> Vec<(String, Vec<i32>)> {
+        let kp = panel::padded(k);
+        let mut outs = Vec::new();
+        for isa in simd::available() {
+            let mut out = vec![i32::MIN; m * rows];
+            dots(simd::limit(isa), x, m, panels, rows, kp, &mut out);
+            outs.push((isa.name().to_string(), out));
+        }
+        #[cfg(target_arch = "x86_64")]
+        if simd::limit(Isa::Avx2Fma).has_avx2() {
+            // The AVX2 tile on its own: on a VNNI machine `dots` takes the other one.
+            let mut out = vec![i32::MIN; m * rows];
+            // SAFETY: AVX2 was detected; the operands have the lengths `dots` checks.
+            unsafe { dots_avx2(x, m, panels, rows, kp, &mut out) };
+            outs.push(("AVX2 tile".to_string(), out));
+        }
+        outs
+    }
+
     #[test]
     fn every_tile_gives_the_exact_sums() {
-        for k in [1, 16, 31, 32, 33, 63, 64, 65, 127, 640, 1000] {
-            for rows in [1, 2, 3, 4, 5, 7, 9] {
-                let m = 8;
-                let (x, w) = operands(m, rows, k, pseudo(k * 31 + rows));
-                let want = scalar(&x, m, &w, rows, k);
-                for isa in simd::available() {
-                    let mut out = vec![0i32; m * rows];
-                    dots(simd::limit(isa), &x, m, &w, rows, k, &mut out);
-                    assert_eq!(out, want, "k {k}, rows {rows}, {}", isa.name());
-                }
-                #[cfg(target_arch = "x86_64")]
-                if simd::limit(Isa::Avx2Fma).has_avx2() && k >= STEP {
-                    // The AVX2 tile on its own: on a VNNI machine `dots` takes the other one.
-                    let paired = rows - rows % TILE_W;
-                    let mut out = want.clone();
-                    // SAFETY: AVX2 was detected; the operands have the lengths `dots` checks.
-                    unsafe { dots_avx2(&x, m, &w, paired, k, &mut out, rows) };
-                    assert_eq!(out, want, "k {k}, rows {rows}, AVX2 tile");
+        for k in [1, 3, 16, 31, 32, 33, 63, 64, 65, 127, 640, 1000] {
+            for rows in [1, 2, 5, 15, 16, 17, 31, 32, 33, 48, 50] {
+                // Tiles of eight x rows and of four, and one panel or two.
+                for m in [4, 8, 12, 20] {
+                    let (x, panels, w) = operands(m, rows, k, pseudo(k * 31 + rows + m));
+                    let want = reference(&x, m, &w, rows, k);
+                    for (path, out) in each_path(&x, m, &panels, rows, k) {
+                        assert_eq!(out, want, "k {k}, rows {rows}, m {m}, {path}");
+                    }
                 }
             }
         }
@@ -514,18 +671,17 @@ mod tests {
     fn sums_at_the_largest_k_and_values_are_exact() {
         // Every byte at its extreme: the VNNI tile's unsigned weights then sum past i32 before
         // the offset is taken off, and only wrapping arithmetic gives the exact result.
-        let (m, rows, k) = (TILE_X, 4, MAX_K);
+        let (m, rows, k) = (VNNI_X + TILE_X, 2 * panel::ROWS + 1, MAX_K);
         for sign in [1, -1] {
-            let (x, w) = operands(m, rows, k, |at| if at % 2 == 0 { 127 } else { 127 * sign });
-            let want = scalar(&x, m, &w, rows, k);
+            let (x, panels, w) =
+                operands(m, rows, k, |at| if at % 2 == 0 { 127 } else { 127 * sign });
+            let want = reference(&x, m, &w, rows, k);
             assert!(
                 want.iter().all(|&s| s.unsigned_abs() > 1 << 29),
                 "extreme sums"
             );
-            for isa in simd::available() {
-                let mut out = vec![0i32; m * rows];
-                dots(simd::limit(isa), &x, m, &w, rows, k, &mut out);
-                assert_eq!(out, want, "{}", isa.name());
+            for (path, out) in each_path(&x, m, &panels, rows, k) {
+                assert_eq!(out, want, "{path}");
             }
         }
     }

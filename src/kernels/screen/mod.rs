@@ -36,6 +36,7 @@ use super::parallel;
 use super::simd::{self, Cpu, Isa, LANES};
 
 mod int8;
+mod panel;
 mod scan;
 
 /// What a screen is built from: a `[rows, k]` matrix whose rows read as f32 and whose bytes
@@ -52,9 +53,8 @@ pub(crate) trait ScreenSource: Sync {
 /// Rows per block: the unit the screen is built and scanned in (and released from memory).
 const BLOCK_ROWS: usize = 2048;
 
-/// How far ahead of its loads a screened dot product prefetches: past the row's end, the next
-/// rows of the block.
-const PREFETCH_BYTES: usize = 2048;
+/// Rows the batched screen scans between two raisings of an x row's floor.
+const SCAN_SPAN: usize = 256;
 
 /// Magnitude of a quantised weight.
 const QMAX: f32 = 127.0;
@@ -69,7 +69,7 @@ const OVERFLOW_GUARD: f64 = 1e36;
 pub(crate) struct Screen {
     rows: usize,
     k: usize,
-    /// `rows × k` quantised values (as `i8` bits).
+    /// The quantised values (as `i8` bits), in [`panel`]s of rows.
     q: Storage,
     blocks: Vec<Block>,
     /// The largest finite magnitude in the weight.
@@ -194,21 +194,27 @@ impl Screen {
         let (rows, k) = w.rows_and_k();
         let g = gamma(k);
         let n_blocks = rows.div_ceil(BLOCK_ROWS);
-        let mut q = Storage::new(rows * k);
+        let kp = panel::padded(k);
+        let mut q = Storage::new(panel::bytes(rows, k));
         // Each task locks only its own blocks' values, so the locks are never contended.
         let cells: Vec<Mutex<&mut [u8]>> = q
             .bytes_mut()
-            .chunks_mut((BLOCK_ROWS * k).max(1))
+            .chunks_mut((BLOCK_ROWS * kp).max(1))
             .map(Mutex::new)
             .collect();
         let parts = parallel::map_ranges(n_blocks, 1, 1, 1, |blocks| {
             let mut row = vec![0.0f32; k];
+            let mut levels = vec![0u8; k];
             blocks
                 .map(|b| {
                     let range = b * BLOCK_ROWS..((b + 1) * BLOCK_ROWS).min(rows);
                     let block = match cells.get(b).map(|c| c.lock()) {
                         Some(Ok(mut values)) => {
-                            quantise_block(w, range.clone(), g, &mut row, &mut values)
+                            let mut out = Levels {
+                                row: &mut levels,
+                                panels: &mut values,
+                            };
+                            quantise_block(w, range.clone(), g, &mut row, &mut out)
                         }
                         // No values (k = 0), or a task that panicked: every row is scored exactly.
                         _ => Block::wild(range.len()),
@@ -241,13 +247,20 @@ impl Screen {
         if x.len() != self.k {
             return None;
         }
-        let (x_abs, x_l2) = self.x_norms(x)?;
+        let norms = self.x_norms(x)?;
+        let xp = self.padded_x(x);
         let tiny = self.tiny();
         let parts = parallel::map_ranges(self.blocks.len(), 1, 1, 1, |blocks| {
             let mut floor = f64::NEG_INFINITY;
             let mut kept: Vec<(usize, f64)> = Vec::new();
-            for row in blocks.start * BLOCK_ROWS..(blocks.end * BLOCK_ROWS).min(self.rows) {
-                let (low, high) = self.interval(cpu, x, (x_abs, x_l2), tiny, row);
+            let mut dots = [0.0f32; panel::ROWS];
+            let rows = blocks.start * BLOCK_ROWS..(blocks.end * BLOCK_ROWS).min(self.rows);
+            for row in rows {
+                if row % panel::ROWS == 0 {
+                    panel::centres(cpu, &xp, self.panel_of(row), &mut dots);
+                }
+                let dot = dots[row % panel::ROWS];
+                let (low, high) = self.interval(dot, norms, tiny, row);
                 // A row below a lower bound already seen stays below the final one.
                 if high >= floor {
                     kept.push((row, high));
@@ -282,11 +295,12 @@ impl Screen {
             return (0..m).map(|_| None).collect();
         }
         let m_pad = m.next_multiple_of(int8::TILE_X);
+        let kp = panel::padded(k);
         // Padding rows (and rows the bound does not cover) hold x = 0: their scores are
-        // computed and never looked at.
+        // computed and never looked at. Each row is padded to `kp` with zeros as well.
         let mut u = int8::XBytes {
-            q: vec![0; m_pad * k],
-            mag: vec![0; m_pad * k],
+            q: vec![0; m_pad * kp],
+            mag: vec![0; m_pad * kp],
             wide: vec![0; m_pad * int8::WIDE],
             channels: Vec::new(),
             sums: Default::default(),
@@ -295,14 +309,14 @@ impl Screen {
         let covered: Vec<bool> = norms.iter().map(Option::is_some).collect();
         u.channels = int8::outlier_channels(x, k, &covered);
         let channels = &u.channels;
-        let rows = u.q.chunks_exact_mut(k).zip(u.mag.chunks_exact_mut(k));
+        let rows = u.q.chunks_exact_mut(kp).zip(u.mag.chunks_exact_mut(kp));
         let xs: Vec<Option<XRow>> = x
             .chunks_exact(k)
             .zip(norms)
             .zip(rows.zip(u.wide.chunks_exact_mut(int8::WIDE)))
             .map(|((xr, norms), ((qr, mr), wr))| {
                 let (abs, l2) = norms?;
-                let rounded = int8::round_row(xr, channels, qr, mr, wr);
+                let rounded = int8::round_row(xr, channels, &mut qr[..k], &mut mr[..k], wr);
                 Some(XRow {
                     abs,
                     l2,
@@ -321,8 +335,8 @@ impl Screen {
             for b in blocks {
                 let block = &self.blocks[b];
                 let (start, n) = (b * BLOCK_ROWS, block.scale.len());
-                let q = &self.q.bytes()[start * k..(start + n) * k];
-                int8::dots(cpu, &u, m_pad, q, n, k, &mut dots[..m_pad * n]);
+                let q = &self.q.bytes()[start * kp..(start + n.next_multiple_of(panel::ROWS)) * kp];
+                int8::dots(cpu, &u, m_pad, q, n, kp, &mut dots[..m_pad * n]);
                 let factors = block.factors();
                 for (i, (xr, f)) in xs.iter().zip(&mut found).enumerate() {
                     let Some(xr) = xr else { continue };
@@ -334,12 +348,19 @@ impl Screen {
                         tiny,
                     };
                     let d = &dots[i * n..(i + 1) * n];
-                    let best = scan::scan(cpu, d, &factors, x, f.floor, start, &mut f.kept);
-                    // A row below a lower bound already seen stays below the final one.
-                    if best > f.floor {
-                        f.floor = best;
-                        let floor = f.floor;
-                        f.kept.retain(|&(_, h)| f64::from(h) >= floor);
+                    // A span at a time, the floor raised between spans: a task's first span
+                    // keeps every row it sees, so spans shorter than a block keep fewer.
+                    for at in (0..n).step_by(SCAN_SPAN) {
+                        let span = at..(at + SCAN_SPAN).min(n);
+                        let factors = factors.span(span.clone());
+                        let (d, first) = (&d[span], start + at);
+                        let best = scan::scan(cpu, d, &factors, x, f.floor, first, &mut f.kept);
+                        // A row below a lower bound already seen stays below the final one.
+                        if best > f.floor {
+                            f.floor = best;
+                            let floor = f.floor;
+                            f.kept.retain(|&(_, h)| f64::from(h) >= floor);
+                        }
                     }
                 }
             }
@@ -372,10 +393,20 @@ impl Screen {
             return None;
         }
         let norms = self.x_norms(x)?;
+        let xp = self.padded_x(x);
         let tiny = self.tiny();
+        let mut dots = [0.0f32; panel::ROWS];
+        let mut current = None;
         let bounds: Vec<(f64, f64)> = rows
             .iter()
-            .map(|&r| self.interval(cpu, x, norms, tiny, r))
+            .map(|&r| {
+                let p = r / panel::ROWS;
+                if current != Some(p) {
+                    panel::centres(cpu, &xp, self.panel_of(r), &mut dots);
+                    current = Some(p);
+                }
+                self.interval(dots[r % panel::ROWS], norms, tiny, r)
+            })
             .collect();
         let floor = bounds.iter().fold(f64::NEG_INFINITY, |m, b| m.max(b.0));
         Some(
@@ -387,19 +418,26 @@ impl Screen {
         )
     }
 
-    /// Row `row`'s interval for an f32 x with norms `(Σ |x_i|, ‖x‖₂)`.
-    fn interval(
-        &self,
-        cpu: Cpu,
-        x: &[f32],
-        (x_abs, x_l2): (f64, f64),
-        tiny: f64,
-        row: usize,
-    ) -> (f64, f64) {
+    /// x padded with zeros to the panels' row length.
+    fn padded_x(&self, x: &[f32]) -> Vec<f32> {
+        let mut xp = x.to_vec();
+        xp.resize(panel::padded(self.k), 0.0);
+        xp
+    }
+
+    /// The panel holding row `row`.
+    fn panel_of(&self, row: usize) -> &[u8] {
+        let size = panel::ROWS * panel::padded(self.k);
+        let start = row / panel::ROWS * size;
+        &self.q.bytes()[start..start + size]
+    }
+
+    /// Row `row`'s interval for an f32 x with norms `(Σ |x_i|, ‖x‖₂)`, from `dot`, the f32 sum
+    /// `Σ x_i q_i` of its quantised values ([`panel::centres`]).
+    fn interval(&self, dot: f32, (x_abs, x_l2): (f64, f64), tiny: f64, row: usize) -> (f64, f64) {
         let block = &self.blocks[row / BLOCK_ROWS];
         let r = row % BLOCK_ROWS;
-        let q = &self.q.bytes()[row * self.k..(row + 1) * self.k];
-        let centre = f64::from(dot_i8(cpu, x, q)) * f64::from(block.scale[r]);
+        let centre = f64::from(dot) * f64::from(block.scale[r]);
         let quantised =
             (x_abs * f64::from(block.max_err[r])).min(x_l2 * f64::from(block.l2_err[r]));
         let radius = (quantised + x_abs * f64::from(block.rounding[r]) + tiny) * (1.0 + 1e-9);
@@ -453,29 +491,41 @@ impl Default for Found {
     }
 }
 
+/// Where [`quantise_block`] puts a block's 8-bit values: one row at a time into `row`, then
+/// into the block's `panels`.
+struct Levels<'a> {
+    row: &'a mut [u8],
+    panels: &'a mut [u8],
+}
+
 /// One block of rows: each row's scale, 8-bit values and bound factor.
 fn quantise_block(
     w: &impl ScreenSource,
     range: Range<usize>,
     g: f64,
     row: &mut [f32],
-    values: &mut [u8],
+    out: &mut Levels<'_>,
 ) -> Block {
     let k = row.len();
+    let kp = panel::padded(k);
     let mut block = Block::with_capacity(range.len());
     let cpu = simd::cpu();
-    for (r, q) in range.zip(values.chunks_exact_mut(k)) {
+    for (local, r) in range.enumerate() {
         w.read_f32(r * k, row);
+        let quantised = quantise_row(cpu, row, out.row);
+        if quantised.is_none() {
+            out.row.fill(0);
+        }
+        panel::scatter(out.panels, kp, local, out.row);
         let Some(Quantised {
             scale,
             max,
             max_err,
             sq_err,
             sq_sum,
-        }) = quantise_row(cpu, row, q)
+        }) = quantised
         else {
             block.push_wild();
-            q.fill(0);
             continue;
         };
         block.scale.push(scale);
@@ -559,64 +609,4 @@ fn quantise_row_in(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
         sq_err,
         sq_sum,
     })
-}
-
-/// `Σ x_i q_i` in f32 (any order is covered by the bound).
-fn dot_i8(cpu: Cpu, x: &[f32], q: &[u8]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if cpu.has_avx2() {
-        // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 and FMA were
-        // confirmed.
-        return unsafe { dot_i8_avx2(x, q) };
-    }
-    let _ = cpu;
-    x.iter()
-        .zip(q)
-        .fold(0.0f32, |a, (&x, &q)| x.mul_add(f32::from(q as i8), a))
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn dot_i8_avx2(x: &[f32], q: &[u8]) -> f32 {
-    use std::arch::x86_64::{
-        __m128i, _mm256_add_ps, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_fmadd_ps,
-        _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps, _mm_loadu_si128, _mm_prefetch,
-        _mm_srli_si128, _MM_HINT_T0,
-    };
-    // Four accumulators, 32 elements a step: one row is one sequential stream, and the
-    // multiply-add latency, not the loads, would otherwise bound it.
-    const STEP: usize = 2 * LANES;
-    let k = x.len().min(q.len());
-    let full = k - k % STEP;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut kk = 0;
-    while kk < full {
-        // The rows of a block are contiguous: fetch ahead into the next ones.
-        _mm_prefetch::<_MM_HINT_T0>(q.as_ptr().wrapping_add(kk + PREFETCH_BYTES).cast());
-        for h in 0..2 {
-            // SAFETY: reads elements `kk + 16h .. kk + 16h + 16`, below `full <= k`, inside
-            // both slices; the function requires AVX2 and FMA.
-            unsafe {
-                let at = kk + h * LANES;
-                let raw = _mm_loadu_si128(q.as_ptr().add(at).cast::<__m128i>());
-                let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
-                let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(raw)));
-                let xp = x.as_ptr().add(at);
-                acc[2 * h] = _mm256_fmadd_ps(_mm256_loadu_ps(xp), lo, acc[2 * h]);
-                acc[2 * h + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), hi, acc[2 * h + 1]);
-            }
-        }
-        kk += STEP;
-    }
-    let mut lanes = [0.0f32; LANES];
-    // SAFETY: `lanes` holds 16 f32s.
-    unsafe {
-        _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(acc[0], acc[2]));
-        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), _mm256_add_ps(acc[1], acc[3]));
-    }
-    let mut sum = simd::reduce_lanes(&lanes);
-    for i in full..k {
-        sum = x[i].mul_add(f32::from(q[i] as i8), sum);
-    }
-    sum
 }

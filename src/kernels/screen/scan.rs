@@ -23,6 +23,19 @@ pub(super) struct Factors<'a> {
     pub(super) row_l2: &'a [f32],
 }
 
+impl Factors<'_> {
+    /// The factors of rows `rows` only.
+    pub(super) fn span(&self, rows: std::ops::Range<usize>) -> Factors<'_> {
+        Factors {
+            scale: &self.scale[rows.clone()],
+            max_err: &self.max_err[rows.clone()],
+            l2_err: &self.l2_err[rows.clone()],
+            rounding: &self.rounding[rows.clone()],
+            row_l2: &self.row_l2[rows],
+        }
+    }
+}
+
 /// One x row's multipliers for the factors.
 #[derive(Clone, Copy)]
 pub(super) struct XFactors {
@@ -57,6 +70,12 @@ pub(super) fn scan(
             && f.rounding.len() >= n
             && f.row_l2.len() >= n
     );
+    #[cfg(target_arch = "x86_64")]
+    if cpu.has_avx512() {
+        // SAFETY: only detection makes a `Cpu`, and one with AVX-512 means AVX-512F was
+        // confirmed; every factor holds `n` rows (asserted above).
+        return unsafe { scan_avx512(dots, f, x, floor, start, kept) };
+    }
     #[cfg(target_arch = "x86_64")]
     if cpu.has_avx2() {
         // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 and FMA were
@@ -148,11 +167,7 @@ fn scan_avx2(
             if mask != 0 {
                 let mut h = [0.0f64; 4];
                 _mm256_storeu_pd(h.as_mut_ptr(), high);
-                for (l, &hl) in h.iter().enumerate() {
-                    if mask & (1 << l) != 0 {
-                        kept.push(((start + j + l) as u32, up(hl)));
-                    }
-                }
+                keep(mask as u32, &h, start + j, kept);
             }
         }
         j += 4;
@@ -162,4 +177,79 @@ fn scan_avx2(
     unsafe { _mm256_storeu_pd(lanes.as_mut_ptr(), best) };
     let tail = scan_rows(full..n, dots, f, x, floor, start, kept);
     lanes.iter().fold(tail, |m, &v| m.max(v))
+}
+
+/// [`scan_avx2`] eight rows a step: at batch 32 the scan was a fifth of the screen's time on
+/// AVX-512, next to integer tiles twice as fast as AVX2's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn scan_avx512(
+    dots: &[i32],
+    f: &Factors<'_>,
+    x: XFactors,
+    floor: f64,
+    start: usize,
+    kept: &mut Vec<(u32, f32)>,
+) -> f64 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_loadu_ps, _mm256_loadu_si256, _mm512_add_pd, _mm512_cmp_pd_mask,
+        _mm512_cvtepi32_pd, _mm512_cvtps_pd, _mm512_fmadd_pd, _mm512_max_pd, _mm512_min_pd,
+        _mm512_mul_pd, _mm512_reduce_max_pd, _mm512_set1_pd, _mm512_storeu_pd, _mm512_sub_pd,
+        _CMP_GE_OQ,
+    };
+    const STEP: usize = 8;
+    let n = dots.len();
+    let full = n - n % STEP;
+    let (abs, l2, err, xs) = (
+        _mm512_set1_pd(x.abs),
+        _mm512_set1_pd(x.l2),
+        _mm512_set1_pd(x.err_l2),
+        _mm512_set1_pd(x.scale),
+    );
+    let (tiny, margin, fl) = (
+        _mm512_set1_pd(x.tiny),
+        _mm512_set1_pd(MARGIN),
+        _mm512_set1_pd(floor),
+    );
+    let mut best = _mm512_set1_pd(f64::NEG_INFINITY);
+    let mut j = 0;
+    while j < full {
+        // SAFETY: rows `j .. j + 8` are inside `dots` and every factor (the caller's bounds).
+        unsafe {
+            let load = |v: &[f32]| _mm512_cvtps_pd(_mm256_loadu_ps(v.as_ptr().add(j)));
+            let d = _mm512_cvtepi32_pd(_mm256_loadu_si256(dots.as_ptr().add(j).cast::<__m256i>()));
+            let centre = _mm512_mul_pd(d, _mm512_mul_pd(xs, load(f.scale)));
+            let quantised = _mm512_min_pd(
+                _mm512_mul_pd(abs, load(f.max_err)),
+                _mm512_mul_pd(l2, load(f.l2_err)),
+            );
+            let r = _mm512_fmadd_pd(err, load(f.row_l2), quantised);
+            let r = _mm512_fmadd_pd(abs, load(f.rounding), r);
+            let radius = _mm512_mul_pd(_mm512_add_pd(r, tiny), margin);
+            let high = _mm512_add_pd(centre, radius);
+            best = _mm512_max_pd(best, _mm512_sub_pd(centre, radius));
+            let mask = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(high, fl);
+            if mask != 0 {
+                let mut h = [0.0f64; STEP];
+                _mm512_storeu_pd(h.as_mut_ptr(), high);
+                keep(u32::from(mask), &h, start + j, kept);
+            }
+        }
+        j += STEP;
+    }
+    let tail = scan_rows(full..n, dots, f, x, floor, start, kept);
+    tail.max(_mm512_reduce_max_pd(best))
+}
+
+/// Push `(first + l, high[l])` for each lane `l` set in `mask`. Out of line: a push may grow
+/// the vector, and a call inside the vector loops made the compiler keep every constant of
+/// theirs on the stack (the scan ran at half speed).
+#[cold]
+#[inline(never)]
+fn keep(mask: u32, high: &[f64], first: usize, kept: &mut Vec<(u32, f32)>) {
+    for (l, &h) in high.iter().enumerate() {
+        if mask & (1 << l) != 0 {
+            kept.push(((first + l) as u32, up(h)));
+        }
+    }
 }

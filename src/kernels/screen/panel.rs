@@ -1,0 +1,211 @@
+//! How the screen lays out its 8-bit values, and the f32 dot products of one x row with them.
+//!
+//! Rows are stored in panels of [`ROWS`]: for every [`GROUP`] consecutive elements of a row,
+//! the panel holds those elements of all its rows side by side, so one 64-byte load is one
+//! group of sixteen rows. A vector lane then belongs to one weight row for the whole dot
+//! product: the integer tile ([`int8`](super::int8)) multiplies four bytes per lane against a
+//! broadcast group of x (`vpdpbusd` adds each four products into its lane) and needs no
+//! horizontal reduction per output, which in a row-major layout cost about a third of the
+//! tile's instructions (docs/performance.md). Rows are padded to a whole panel and `k` to a
+//! whole group with zeros, which add nothing to any sum.
+#![allow(unsafe_code)]
+
+use crate::kernels::simd::Cpu;
+
+/// Weight rows per panel: one 512-bit vector of 32-bit lanes.
+pub(super) const ROWS: usize = 16;
+/// Consecutive elements of a row stored together: the bytes one `vpdpbusd` lane takes.
+pub(super) const GROUP: usize = 4;
+/// Bytes of one group of a panel.
+pub(super) const GROUP_BYTES: usize = ROWS * GROUP;
+
+/// How far ahead of its loads [`centres`] (and the integer tiles) prefetch: a single row of x
+/// streams through the whole screen, and without it the loads wait on memory (batch-1 decode
+/// was 17 % slower). Past a panel's end this reaches into the next one, which is read next.
+pub(super) const PREFETCH_BYTES: usize = 2048;
+
+/// `k` padded to whole groups: the length of a stored row.
+pub(super) fn padded(k: usize) -> usize {
+    k.next_multiple_of(GROUP)
+}
+
+/// Bytes that hold `rows` rows of `k` values.
+pub(super) fn bytes(rows: usize, k: usize) -> usize {
+    rows.next_multiple_of(ROWS) * padded(k)
+}
+
+/// Where element `t` of row `row` lies, in panels of padded length `kp`.
+pub(super) fn at(kp: usize, row: usize, t: usize) -> usize {
+    (row / ROWS) * ROWS * kp + (t / GROUP) * GROUP_BYTES + (row % ROWS) * GROUP + t % GROUP
+}
+
+/// Store row `row`'s values (at most `kp`), a group at a time.
+pub(super) fn scatter(panels: &mut [u8], kp: usize, row: usize, values: &[u8]) {
+    let base = at(kp, row, 0);
+    for (g, group) in values.chunks(GROUP).enumerate() {
+        let start = base + g * GROUP_BYTES;
+        panels[start..start + group.len()].copy_from_slice(group);
+    }
+}
+
+/// Element `t` of row `row`.
+pub(super) fn value(panels: &[u8], kp: usize, row: usize, t: usize) -> i8 {
+    panels[at(kp, row, t)] as i8
+}
+
+/// `out[r] = Σ_t x[t] · q[r][t]` in f32 for the [`ROWS`] rows of one panel (`ROWS · kp`
+/// bytes), `x` padded with zeros to `kp`. Each lane sums in its own order; the screen's bound
+/// covers any order.
+pub(super) fn centres(cpu: Cpu, x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
+    let kp = x.len();
+    assert!(kp.is_multiple_of(GROUP) && panel.len() >= ROWS * kp);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cpu.has_avx512() {
+            // SAFETY: only detection makes a `Cpu`, and one with AVX-512 means AVX-512F was
+            // confirmed; the lengths are the ones asserted above.
+            return unsafe { centres_avx512(x, panel, out) };
+        }
+        if cpu.has_avx2() {
+            // SAFETY: as above, for AVX2 and FMA.
+            return unsafe { centres_avx2(x, panel, out) };
+        }
+    }
+    let _ = cpu;
+    out.fill(0.0);
+    for (g, xs) in x.chunks_exact(GROUP).enumerate() {
+        let group = &panel[g * GROUP_BYTES..(g + 1) * GROUP_BYTES];
+        for (o, q) in out.iter_mut().zip(group.chunks_exact(GROUP)) {
+            for (&xv, &qv) in xs.iter().zip(q) {
+                *o = xv.mul_add(f32::from(qv as i8), *o);
+            }
+        }
+    }
+}
+
+/// [`centres`] on AVX-512. A quarter of a group (16 bytes: four rows' four elements)
+/// sign-extends into one vector whose lanes are `(row, element)` pairs, multiplied by x's four
+/// elements repeated four times; each quarter has its own accumulator, and a row's four lanes
+/// are added at the end. The same work per byte as a row-major dot product (one widening,
+/// one conversion, one multiply-add per sixteen bytes), which keeps batch 1 bound by the
+/// bytes it reads rather than by shifts on one port.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn centres_avx512(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
+    use std::arch::x86_64::{
+        __m128i, _mm512_broadcast_f32x4, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_fmadd_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps, _mm_loadu_ps, _mm_loadu_si128, _mm_prefetch,
+        _MM_HINT_T0,
+    };
+    let mut acc = [_mm512_setzero_ps(); GROUP];
+    for (g, xs) in x.chunks_exact(GROUP).enumerate() {
+        // SAFETY: `xs` holds four f32s, and group `g` lies inside the panel (the caller's
+        // bounds): four loads of sixteen bytes.
+        unsafe {
+            let x4 = _mm512_broadcast_f32x4(_mm_loadu_ps(xs.as_ptr()));
+            let at = panel.as_ptr().add(g * GROUP_BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_BYTES).cast());
+            for (q, acc) in acc.iter_mut().enumerate() {
+                let raw = _mm_loadu_si128(at.add(q * 16).cast::<__m128i>());
+                let w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
+                *acc = _mm512_fmadd_ps(x4, w, *acc);
+            }
+        }
+    }
+    let mut lanes = [0.0f32; ROWS * GROUP];
+    for (q, acc) in acc.iter().enumerate() {
+        // SAFETY: `lanes` holds four vectors of 16 f32s.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr().add(q * ROWS), *acc) };
+    }
+    for (o, l) in out.iter_mut().zip(lanes.chunks_exact(GROUP)) {
+        *o = (l[0] + l[1]) + (l[2] + l[3]);
+    }
+}
+
+/// [`centres`] on AVX2: as on AVX-512, in eighths of a group (two rows' four elements).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn centres_avx2(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
+    use std::arch::x86_64::{
+        __m128i, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_fmadd_ps, _mm256_set_m128,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm_loadl_epi64, _mm_loadu_ps, _mm_prefetch,
+        _MM_HINT_T0,
+    };
+    const EIGHTHS: usize = GROUP_BYTES / 8;
+    let mut acc = [_mm256_setzero_ps(); EIGHTHS];
+    for (g, xs) in x.chunks_exact(GROUP).enumerate() {
+        // SAFETY: `xs` holds four f32s, and group `g` lies inside the panel (the caller's
+        // bounds): eight loads of eight bytes.
+        unsafe {
+            let x = _mm_loadu_ps(xs.as_ptr());
+            let x4 = _mm256_set_m128(x, x);
+            let at = panel.as_ptr().add(g * GROUP_BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_BYTES).cast());
+            for (e, acc) in acc.iter_mut().enumerate() {
+                let raw = _mm_loadl_epi64(at.add(e * 8).cast::<__m128i>());
+                let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+                *acc = _mm256_fmadd_ps(x4, w, *acc);
+            }
+        }
+    }
+    let mut lanes = [0.0f32; ROWS * GROUP];
+    for (e, acc) in acc.iter().enumerate() {
+        // SAFETY: `lanes` holds eight vectors of 8 f32s.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(e * 8), *acc) };
+    }
+    for (o, l) in out.iter_mut().zip(lanes.chunks_exact(GROUP)) {
+        *o = (l[0] + l[1]) + (l[2] + l[3]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::simd;
+
+    #[test]
+    fn every_element_has_its_own_place() {
+        for (rows, k) in [(1, 1), (16, 4), (17, 5), (40, 33)] {
+            let kp = padded(k);
+            let mut seen = vec![false; bytes(rows, k)];
+            for r in 0..rows {
+                for t in 0..k {
+                    let i = at(kp, r, t);
+                    assert!(!seen[i], "row {r} element {t} shares a byte");
+                    seen[i] = true;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn centres_are_the_dot_products_on_every_path() {
+        for k in [1, 3, 4, 5, 64, 67, 640] {
+            let kp = padded(k);
+            let rows: Vec<Vec<u8>> = (0..ROWS)
+                .map(|r| (0..k).map(|t| ((r * 37 + t * 11) % 255) as u8).collect())
+                .collect();
+            let mut panel = vec![0u8; bytes(ROWS, k)];
+            for (r, row) in rows.iter().enumerate() {
+                scatter(&mut panel, kp, r, row);
+            }
+            // Small integers times powers of two: every order of summing gives the same f32.
+            let mut x: Vec<f32> = (0..k).map(|t| ((t % 7) as f32 - 3.0) * 0.25).collect();
+            x.resize(kp, 0.0);
+            let want: Vec<f32> = rows
+                .iter()
+                .map(|row| {
+                    row.iter()
+                        .zip(&x)
+                        .map(|(&q, &v)| v * f32::from(q as i8))
+                        .sum()
+                })
+                .collect();
+            for isa in simd::available() {
+                let mut out = [f32::NAN; ROWS];
+                centres(simd::limit(isa), &x, &panel, &mut out);
+                assert_eq!(out.as_slice(), want.as_slice(), "k {k}, {}", isa.name());
+            }
+        }
+    }
+}
