@@ -16,7 +16,8 @@
 //! screen then kept a median of 122 rows per x against 6 for f32 x (real prompts; for random
 //! token ids a tenth of the rows kept over 40k). So the [`WIDE`] channels largest over the batch
 //! are held as 16-bit integers in the same units as the rest, the scale is set by the others,
-//! and their products (`vpmaddwd` on 16-bit lanes) go into the same accumulators.
+//! and their products (`vpdpwssd`, or `vpmaddwd` on AVX2, on 16-bit lanes) go into the same
+//! accumulators.
 #![allow(unsafe_code)]
 
 use super::panel;
@@ -316,17 +317,21 @@ const VNNI_X: usize = 8;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn dots_vnni(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &mut [i32]) {
-    use std::arch::x86_64::{__m512i, _mm_prefetch, _MM_HINT_T0};
+    use std::arch::x86_64::{__m512i, _mm512_setzero_si512, _mm_prefetch, _MM_HINT_T0};
     let n_panels = rows.div_ceil(panel::ROWS);
     let size = panel::ROWS * kp;
     let mut p = 0;
     while p < n_panels {
         let take = VNNI_PANELS.min(n_panels - p);
         let block = &panels[p * size..(p + take) * size];
-        // SAFETY: panel `c` of `block` is whole (`dots` asserted the length); the channels
-        // are below `kp` (asserted too).
-        let wide: [[__m512i; PAIRS]; VNNI_PANELS] = std::array::from_fn(|c| unsafe {
-            wide_pairs_512(block.as_ptr().add(c.min(take - 1) * size), &x.channels)
+        // Past `take` (a block's last, odd panel) the entry is never read.
+        let wide: [[__m512i; PAIRS]; VNNI_PANELS] = std::array::from_fn(|c| {
+            if c >= take {
+                return [_mm512_setzero_si512(); PAIRS];
+            }
+            // SAFETY: panel `c` of `block` is whole (`dots` asserted the length); the channels
+            // are below `kp` (asserted too).
+            unsafe { wide_pairs_512(block.as_ptr().add(c * size), &x.channels) }
         });
         // The next panels' wide channels lie scattered through them, a cache line each, and
         // are read before the tiles stream those panels in: fetch them while these run.

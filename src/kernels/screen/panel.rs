@@ -117,9 +117,7 @@ fn centres_avx512(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
         // SAFETY: `lanes` holds four vectors of 16 f32s.
         unsafe { _mm512_storeu_ps(lanes.as_mut_ptr().add(q * ROWS), *acc) };
     }
-    for (o, l) in out.iter_mut().zip(lanes.chunks_exact(GROUP)) {
-        *o = (l[0] + l[1]) + (l[2] + l[3]);
-    }
+    add_quads(&lanes, out);
 }
 
 /// [`centres`] on AVX2: as on AVX-512, in eighths of a group (two rows' four elements).
@@ -153,6 +151,12 @@ fn centres_avx2(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
         // SAFETY: `lanes` holds eight vectors of 8 f32s.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(e * 8), *acc) };
     }
+    add_quads(&lanes, out);
+}
+
+/// Each row's four lanes (a row's partial sums, in order) added into its output.
+#[cfg(target_arch = "x86_64")]
+fn add_quads(lanes: &[f32; ROWS * GROUP], out: &mut [f32; ROWS]) {
     for (o, l) in out.iter_mut().zip(lanes.chunks_exact(GROUP)) {
         *o = (l[0] + l[1]) + (l[2] + l[3]);
     }
