@@ -33,6 +33,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod gemv;
 #[cfg(target_arch = "x86_64")]
+mod panel;
+#[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::read_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512::{gemm_blocks_avx512, gemv_blocks_avx512, read_avx512};
@@ -40,6 +42,8 @@ pub(crate) use avx512::{gemm_blocks_avx512, gemv_blocks_avx512, read_avx512};
 pub(crate) use gemv::{
     gemm_blocks_avx2, gemv_blocks_avx2, takes_registers, takes_registers_avx512,
 };
+#[cfg(target_arch = "x86_64")]
+pub(crate) use panel::{panel_avx2, panel_avx512};
 
 /// Elements in the largest block (the K formats' super-block).
 pub(crate) const MAX_BLOCK: usize = 256;
@@ -62,6 +66,31 @@ pub(crate) fn read_on(cpu: Cpu, dtype: DType, bytes: &[u8], start: usize, out: &
     }
     let _ = cpu;
     read(dtype, bytes, start, out);
+}
+
+/// [`panel_avx2`] or [`panel_avx512`], whichever `cpu` runs; false (nothing written) for a
+/// float dtype or a CPU without AVX2. (`linear` calls the two from code already compiled for
+/// them; the tests call this.)
+#[cfg(all(target_arch = "x86_64", test))]
+pub(crate) fn panel_on(
+    cpu: Cpu,
+    dtype: DType,
+    bytes: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    starts: &[usize; 16],
+    panel: &mut [f32],
+) -> bool {
+    if cpu.isa() >= Isa::Avx512 {
+        // SAFETY: a `Cpu` at `Avx512` means AVX-512F as well as AVX2, FMA and F16C were
+        // confirmed.
+        return unsafe { panel_avx512(dtype, bytes, k, rows, starts, panel) };
+    }
+    if cpu.isa() >= Isa::Avx2Fma {
+        // SAFETY: a `Cpu` at `Avx2Fma` or above means AVX2, FMA and F16C were confirmed.
+        return unsafe { panel_avx2(dtype, bytes, k, rows, starts, panel) };
+    }
+    false
 }
 
 /// Elements `start..start + out.len()` of the row-major `dtype` data in `bytes`, decoded into

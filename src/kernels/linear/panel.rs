@@ -14,10 +14,14 @@
 //! output are then added in `simd::reduce_lanes`' tree, with the same operands in the same
 //! order, so every output keeps its bits.
 //!
-//! Packing a panel decodes its weight rows (any stored dtype) to f32 and transposes them, about
-//! one shuffle per element, once per call: it pays for itself from a few x rows up (see
-//! [`MIN_ROWS`]). When x is larger than L2 (a prefill), a block of panels is packed before the
-//! row tiles run, so that x is read once per block instead of once per panel.
+//! A panel is stored in the same segment order as x, so a tile reads each segment's weights
+//! as one sequential stream. Packing it happens once per call and pays for itself from a few x
+//! rows up (see [`MIN_ROWS`]): float rows are decoded to f32 and transposed 8 × 8 in
+//! registers, about one shuffle per element; block-format rows are transposed as their integer
+//! values, one byte each, before they are widened and scaled (`quant/panel.rs`), which made
+//! packing about a third of the tiles' time at 32 x rows instead of as much again. When x is
+//! larger than L2 (a prefill), a block of panels is packed before the row tiles run, so that x
+//! is read once per block instead of once per panel.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
@@ -27,6 +31,7 @@ use std::arch::x86_64::{
 };
 
 use super::{ColumnsMut, Rows};
+use crate::kernels::quant;
 use crate::kernels::simd::LANES;
 
 /// Weight rows (output columns) per packed panel: two 8-wide vectors.
@@ -36,7 +41,9 @@ pub(super) const PANEL: usize = 16;
 const TILE_ROWS: usize = 6;
 /// x rows per AVX-512 register tile: a panel is one zmm register, so 12 accumulators, one
 /// weight vector and a broadcast make 12 FMAs from 13 loads (the AVX2 tile: 12 from 8, each
-/// half as wide).
+/// half as wide). Sixteen rows, with or without a software prefetch of the panel and x, ran no
+/// faster at 32 rows and slower from 128 (variants alternating call by call in one process,
+/// Emerald Rapids, Q5_0).
 const WIDE_ROWS: usize = 12;
 /// The tile rows the segment sums have room for.
 const MAX_ROWS: usize = WIDE_ROWS;
@@ -82,13 +89,24 @@ impl Segments {
     }
 }
 
-/// x rows permuted together: the AVX-512 tile's rows, two AVX2 tiles.
+/// At most this many x rows are permuted together: one AVX-512 tile's rows, or two AVX2 tiles.
 const GROUP: usize = WIDE_ROWS;
 
-/// x `[m, k]` with each row's inner elements permuted into segments, and each [`GROUP`] rows
-/// interleaved: row `r` of the group starting at row `i0` (`g` rows wide, fewer in the last
-/// group) has its permuted element `p` at `i0 * k + p * g + r`. A tile's broadcasts at one step
-/// then come from one or two cache lines. Rows laid out one after another put the twelve values
+/// `n` split into the fewest runs of at most `max` (> 0), as even as possible: `(start, len)`.
+/// Thirty-two rows are tiles of 11, 11 and 10, not 12, 12 and 8: a tile of eight rows keeps
+/// only eight multiply-adds in flight, too few for two FMA ports of latency 4 (it ran at 0.4-0.5
+/// of the FMA peak where twelve ran at 0.6-0.8, one Emerald Rapids core, data in L2).
+fn runs(n: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let count = n.div_ceil(max);
+    let base = n.checked_div(count).unwrap_or(0);
+    let extra = n.checked_rem(count).unwrap_or(0);
+    (0..count).map(move |i| (i * base + i.min(extra), base + usize::from(i < extra)))
+}
+
+/// x `[m, k]` with each row's inner elements permuted into segments, and the rows in groups
+/// ([`runs`] of at most [`GROUP`]) interleaved: row `r` of the group starting at row `i0` (`g`
+/// rows wide) has its permuted element `p` at `i0 * k + p * g + r`. A tile's broadcasts at one
+/// step then come from one or two cache lines. Rows laid out one after another put the values
 /// a step reads `k` floats apart, and at a `k` of 1024 or 2048 all in the same few L1 sets,
 /// where they evict each other (AMD EPYC, Zen 4, AVX-512 tile, Q8_0 `[128, k]` against 2048
 /// rows: 108 GFLOP/s at k 1024 against 154 at k 1152). Padding the rows apart instead cost a
@@ -100,9 +118,7 @@ pub(super) fn permute_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     if k == 0 {
         return out;
     }
-    let mut i0 = 0;
-    while i0 < m {
-        let g = GROUP.min(m - i0);
+    for (i0, g) in runs(m, GROUP) {
         let dst = &mut out[i0 * k..(i0 + g) * k];
         let src = &x[i0 * k..(i0 + g) * k];
         // Written in order, read from the group's rows side by side.
@@ -115,7 +131,6 @@ pub(super) fn permute_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
                 }
             }
         }
-        i0 += g;
     }
     out
 }
@@ -180,63 +195,61 @@ fn columns<S: Rows, const WIDE: bool>(
                 unsafe { pack_panel::<S, WIDE>(w, j0, PANEL.min(b1 - j0), panel) };
             }
         }
-        let mut i = 0;
-        while i < m {
-            let i0 = i - i % GROUP;
-            let g = GROUP.min(m - i0);
-            let (r0, rows) = (i - i0, step.min(i0 + g - i));
+        for (i0, g) in runs(m, GROUP) {
             let x = &xp[i0 * k..(i0 + g) * k];
-            for (p, panel) in panels.chunks_exact(stride).enumerate() {
-                let j0 = b0 + p * PANEL;
-                if j0 >= b1 {
-                    break;
-                }
-                let panel = &panel[..k * PANEL];
-                if WIDE {
-                    macro_rules! wide {
-                        ($($r:literal)*) => {
-                            match rows {
-                                $($r => {
-                                    // SAFETY: `WIDE` only in `columns_avx512`, entered only
-                                    // after AVX-512F was detected.
-                                    unsafe { tile_avx512::<$r>(x, k, (g, r0), panel, seg, &mut sums) }
-                                })*
-                                _ => unreachable!("tile rows"),
-                            }
-                        };
+            for (r0, rows) in runs(g, step) {
+                let i = i0 + r0;
+                for (p, panel) in panels.chunks_exact(stride).enumerate() {
+                    let j0 = b0 + p * PANEL;
+                    if j0 >= b1 {
+                        break;
                     }
-                    wide!(1 2 3 4 5 6 7 8 9 10 11 12);
-                } else {
-                    // SAFETY: both callers enable AVX2 and FMA.
-                    unsafe {
-                        match rows {
-                            6 => tile::<6>(x, k, (g, r0), panel, seg, &mut sums),
-                            5 => tile::<5>(x, k, (g, r0), panel, seg, &mut sums),
-                            4 => tile::<4>(x, k, (g, r0), panel, seg, &mut sums),
-                            3 => tile::<3>(x, k, (g, r0), panel, seg, &mut sums),
-                            2 => tile::<2>(x, k, (g, r0), panel, seg, &mut sums),
-                            _ => tile::<1>(x, k, (g, r0), panel, seg, &mut sums),
+                    let panel = &panel[..k * PANEL];
+                    if WIDE {
+                        macro_rules! wide {
+                            ($($r:literal)*) => {
+                                match rows {
+                                    $($r => {
+                                        // SAFETY: `WIDE` only in `columns_avx512`, entered
+                                        // only after AVX-512F was detected.
+                                        unsafe { tile_avx512::<$r>(x, k, (g, r0), panel, seg, &mut sums) }
+                                    })*
+                                    _ => unreachable!("tile rows"),
+                                }
+                            };
+                        }
+                        wide!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+                    } else {
+                        // SAFETY: both callers enable AVX2 and FMA.
+                        unsafe {
+                            match rows {
+                                6 => tile::<6>(x, k, (g, r0), panel, seg, &mut sums),
+                                5 => tile::<5>(x, k, (g, r0), panel, seg, &mut sums),
+                                4 => tile::<4>(x, k, (g, r0), panel, seg, &mut sums),
+                                3 => tile::<3>(x, k, (g, r0), panel, seg, &mut sums),
+                                2 => tile::<2>(x, k, (g, r0), panel, seg, &mut sums),
+                                _ => tile::<1>(x, k, (g, r0), panel, seg, &mut sums),
+                            }
                         }
                     }
-                }
-                let width = PANEL.min(b1 - j0);
-                let at = j0 - cols.start;
-                for r in 0..rows {
-                    let dst = &mut out.row(i + r)[at..at + width];
-                    // A whole panel's outputs are stored straight from the registers (a copy
-                    // of 64 bytes through `memcpy` cost 5 % of a prefill).
-                    if let Ok(whole) = <&mut [f32; PANEL]>::try_from(&mut *dst) {
-                        // SAFETY: both callers enable AVX2.
-                        unsafe { reduce(&sums, r, whole) };
-                        continue;
+                    let width = PANEL.min(b1 - j0);
+                    let at = j0 - cols.start;
+                    for r in 0..rows {
+                        let dst = &mut out.row(i + r)[at..at + width];
+                        // A whole panel's outputs are stored straight from the registers (a
+                        // copy of 64 bytes through `memcpy` cost 5 % of a prefill).
+                        if let Ok(whole) = <&mut [f32; PANEL]>::try_from(&mut *dst) {
+                            // SAFETY: both callers enable AVX2.
+                            unsafe { reduce(&sums, r, whole) };
+                            continue;
+                        }
+                        let mut reduced = [0.0f32; PANEL];
+                        // SAFETY: as above.
+                        unsafe { reduce(&sums, r, &mut reduced) };
+                        dst.copy_from_slice(&reduced[..width]);
                     }
-                    let mut reduced = [0.0f32; PANEL];
-                    // SAFETY: as above.
-                    unsafe { reduce(&sums, r, &mut reduced) };
-                    dst.copy_from_slice(&reduced[..width]);
                 }
             }
-            i += rows;
         }
         b0 = b1;
     }
@@ -253,13 +266,30 @@ fn panels_per_block(m: usize, k: usize) -> usize {
     (BLOCK_BYTES / (k * PANEL * floats).max(1)).max(1)
 }
 
-/// Weight rows `j0..j0 + width` as a panel `[k, PANEL]`: `panel[kk * PANEL + c]` is row
-/// `j0 + c`'s inner element `kk`; rows past `width` are zero. Each 8 × 8 block is
-/// decoded straight from the stored rows into registers and transposed there.
-/// `WIDE` decodes block formats sixteen values a vector; the caller has detected AVX-512F then.
+/// Weight rows `j0..j0 + width` as a panel in segment order: row `j0 + c`'s inner element
+/// `16 t + l` at `(seg.start(l) + t) * PANEL + c`, the order [`permute_rows`] gives x, so a
+/// tile reads each segment's weights as one sequential stream; rows past `width` are zero.
+/// (Stored in inner order instead, a segment's steps were a kilobyte apart, all in four of
+/// L1's sets: the tile waited on its weight loads.) Each 8 × 8 block is decoded straight from
+/// the stored rows into registers and transposed there. `WIDE` decodes block formats sixteen
+/// values a vector; the caller has detected AVX-512F then.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_panel<S: Rows, const WIDE: bool>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
     let k = panel.len() / PANEL;
+    let seg = Segments::new(k);
+    if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| d.is_quantized()) {
+        let starts: [usize; LANES] = std::array::from_fn(|l| seg.start(l));
+        let rows = j0..j0 + width;
+        let packed = if WIDE {
+            // SAFETY: `WIDE` only after AVX-512F was detected (this function's contract).
+            unsafe { quant::panel_avx512(dtype, bytes, k, rows, &starts, panel) }
+        } else {
+            quant::panel_avx2(dtype, bytes, k, rows, &starts, panel)
+        };
+        if packed {
+            return;
+        }
+    }
     if w.blocked() {
         // Eight elements of a block format cost their whole block: decode the panel's rows a
         // span of whole blocks at a time into L1 (16 rows x 256 f32 = 16 KiB), then transpose
@@ -280,13 +310,30 @@ fn pack_panel<S: Rows, const WIDE: bool>(w: &S, j0: usize, width: usize, panel: 
                     dst.fill(0.0);
                 }
             }
-            let span = &mut panel[k0 * PANEL..(k0 + len) * PANEL];
-            pack_panel::<_, false>(&super::F32Rows(&rows[..PANEL * len]), 0, PANEL, span);
+            // `k0` is a multiple of `BLOCK_SPAN`, itself of `LANES`: the span starts a step.
+            let span = &super::F32Rows(&rows[..PANEL * len]);
+            transpose_span(span, (0, PANEL, len), (k0, len), seg, panel);
             k0 += len;
         }
         return;
     }
-    let blocks = k / LANES;
+    transpose_span(w, (j0, width, k), (0, k), seg, panel);
+}
+
+/// The `len` elements of rows `j0..j0 + width` of `w` (each `row_len` long, from its start)
+/// as the panel's inner elements `k0..k0 + len`, in segment order (see [`pack_panel`]);
+/// `k0` is a multiple of `LANES`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose_span<S: Rows>(
+    w: &S,
+    (j0, width, row_len): (usize, usize, usize),
+    (k0, len): (usize, usize),
+    seg: Segments,
+    panel: &mut [f32],
+) {
+    debug_assert!(k0 % LANES == 0 && len <= row_len);
+    let step0 = k0 / LANES;
+    let blocks = len / LANES;
     for t in 0..blocks {
         for c0 in [0, 8] {
             for l0 in [0, 8] {
@@ -294,32 +341,32 @@ fn pack_panel<S: Rows, const WIDE: bool>(w: &S, j0: usize, width: usize, panel: 
                     let c = c0 + r;
                     if c < width {
                         // SAFETY: this function's features include those `load8_avx2` needs.
-                        unsafe { w.load8_avx2((j0 + c) * k + t * LANES + l0) }
+                        unsafe { w.load8_avx2((j0 + c) * row_len + t * LANES + l0) }
                     } else {
                         _mm256_setzero_ps()
                     }
                 });
                 for (dl, v) in transpose8(rows).into_iter().enumerate() {
-                    let p = t * LANES + l0 + dl;
-                    let dst = &mut panel[p * PANEL + c0..][..8];
+                    let at = (seg.start(l0 + dl) + step0 + t) * PANEL + c0;
+                    let dst = &mut panel[at..][..8];
                     // SAFETY: `dst` holds exactly 8 f32s (one unaligned store).
                     unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) };
                 }
             }
         }
     }
-    let tail = k - blocks * LANES;
+    let tail = len - blocks * LANES;
     if tail > 0 {
         let mut buf = [0.0f32; LANES];
         for c in 0..PANEL {
             let buf = &mut buf[..tail];
             if c < width {
-                w.decode((j0 + c) * k + blocks * LANES, buf);
+                w.decode((j0 + c) * row_len + blocks * LANES, buf);
             } else {
                 buf.fill(0.0);
             }
             for (l, v) in buf.iter().enumerate() {
-                panel[(blocks * LANES + l) * PANEL + c] = *v;
+                panel[(seg.start(l) + step0 + blocks) * PANEL + c] = *v;
             }
         }
     }
@@ -375,14 +422,13 @@ fn tile<const R: usize>(
         let (s, len) = (seg.start(l), seg.len(l));
         // SAFETY: segment `l` lies at `s..s + len` with `s + len <= k` (the segments tile
         // `0..k`), so every x read `(s + t) * g + r0 + r` is below `k * g <= x.len()` (`r0 + r <
-        // g`); its `t`-th
-        // element is inner element `16 t + l < k`, so every panel read
-        // `(16 t + l) * PANEL + 0..16` is below `k * PANEL <= panel.len()` (asserted above);
-        // the stores go to `sum[r]`, 16 f32s for `r < R <= TILE_ROWS`. All unaligned.
+        // g`) and every panel read `(s + t) * PANEL + 0..16` below `k * PANEL <= panel.len()`
+        // (asserted above); the stores go to `sum[r]`, 16 f32s for `r < R <= TILE_ROWS`. All
+        // unaligned.
         unsafe {
             let mut acc: [[__m256; 2]; R] = [[_mm256_setzero_ps(); 2]; R];
             for t in 0..len {
-                let at = (t * LANES + l) * PANEL;
+                let at = (s + t) * PANEL;
                 let w0 = _mm256_loadu_ps(wp.add(at));
                 let w1 = _mm256_loadu_ps(wp.add(at + 8));
                 for (r, a) in acc.iter_mut().enumerate() {
@@ -419,13 +465,13 @@ fn tile_avx512<const R: usize>(
     for (l, sum) in sums.iter_mut().enumerate() {
         let (s, len) = (seg.start(l), seg.len(l));
         // SAFETY: as in `tile`: every x read `(s + t) * g + r0 + r` is below `k * g`,
-        // every panel read `(16 t + l) * PANEL + 0..16` below `k * PANEL <= panel.len()`
+        // every panel read `(s + t) * PANEL + 0..16` below `k * PANEL <= panel.len()`
         // (asserted above), and the stores go to `sum[r]`, 16 f32s for `r < R <= MAX_ROWS`.
         unsafe {
             let mut acc: [__m512; R] = [_mm512_setzero_ps(); R];
             let mut at = xp.add(s * g + r0);
             for t in 0..len {
-                let wv = _mm512_loadu_ps(wp.add((t * LANES + l) * PANEL));
+                let wv = _mm512_loadu_ps(wp.add((s + t) * PANEL));
                 let xt = at;
                 at = at.add(g);
                 for (r, a) in acc.iter_mut().enumerate() {
@@ -448,8 +494,12 @@ fn reduce(sums: &[[[f32; PANEL]; MAX_ROWS]; LANES], r: usize, out: &mut [f32; PA
         // SAFETY: every `sums[l][r][h..h + 8]` and `out[h..h + 8]` is 8 f32s inside its array
         // (`h <= 8`, arrays 16 long); unaligned loads and stores.
         unsafe {
-            let mut a: [__m256; LANES] =
-                std::array::from_fn(|l| _mm256_loadu_ps(sums[l][r].as_ptr().add(h)));
+            // A loop, not `array::from_fn`: its closure would be compiled without AVX2 and
+            // called once per lane.
+            let mut a = [_mm256_setzero_ps(); LANES];
+            for (a, sum) in a.iter_mut().zip(sums) {
+                *a = _mm256_loadu_ps(sum[r].as_ptr().add(h));
+            }
             let mut half = LANES / 2;
             while half > 0 {
                 for i in 0..half {
@@ -458,6 +508,31 @@ fn reduce(sums: &[[[f32; PANEL]; MAX_ROWS]; LANES], r: usize, out: &mut [f32; PA
                 half /= 2;
             }
             _mm256_storeu_ps(out.as_mut_ptr().add(h), a[0]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_cover_every_row_once_in_the_fewest_even_tiles() {
+        for max in 1..20 {
+            for n in 0..100 {
+                let got: Vec<(usize, usize)> = runs(n, max).collect();
+                assert_eq!(got.len(), n.div_ceil(max), "{n} rows, tiles of {max}");
+                let mut next = 0;
+                for &(start, len) in &got {
+                    assert_eq!(start, next, "{n} rows, tiles of {max}: contiguous");
+                    assert!(len >= 1 && len <= max, "{n} rows, tiles of {max}: {len}");
+                    next += len;
+                }
+                assert_eq!(next, n, "{n} rows, tiles of {max}: all rows");
+                let lens = got.iter().map(|r| r.1);
+                let spread = lens.clone().max().unwrap_or(0) - lens.min().unwrap_or(0);
+                assert!(spread <= 1, "{n} rows, tiles of {max}: uneven {got:?}");
+            }
         }
     }
 }

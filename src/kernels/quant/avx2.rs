@@ -5,13 +5,15 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_castsi256_si128, _mm256_cmpeq_epi32,
-    _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_extracti128_si256,
-    _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi8,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_sllv_epi32, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32,
-    _mm256_sub_ps, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64,
-    _mm_loadu_si128, _mm_srli_si128,
+    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_castsi128_si256, _mm256_castsi256_si128,
+    _mm256_cmpeq_epi32, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32,
+    _mm256_cvtepu8_epi32, _mm256_extracti128_si256, _mm256_inserti128_si256, _mm256_loadu_si256,
+    _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_shuffle_epi8,
+    _mm256_slli_epi16, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srl_epi16, _mm256_srli_epi16,
+    _mm256_storeu_ps, _mm256_sub_epi32, _mm256_sub_epi8, _mm256_sub_ps, _mm_cvtph_ps,
+    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64, _mm_loadu_si128, _mm_srli_epi16,
+    _mm_srli_si128,
 };
 
 use super::{decode_block, for_blocks, half, k_group_factors};
@@ -62,6 +64,18 @@ pub(crate) trait Blocks {
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
     unsafe fn group(b: &[u8], shared: &Self::Shared, g: usize) -> [__m256; 4];
+    /// Whether a value is `ds * q - dm` (the K formats with minimums) rather than `ds * q`.
+    const AFFINE: bool = false;
+    /// Group `g`'s 32 integers `q` (element order, one signed byte each), which
+    /// [`Blocks::factors`] turn into its values.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i;
+    /// `(ds, dm)` of group `g`'s first and last sixteen elements: each value is `ds * q`, then
+    /// less `dm` if [`Blocks::AFFINE`] (a multiply, then a subtract), the values
+    /// [`Blocks::group`] gives.
+    fn factors(shared: &Self::Shared, g: usize) -> [(f32, f32); 2];
 }
 
 /// Every element of block `b` into `out`.
@@ -171,10 +185,34 @@ pub(crate) struct Q4K;
 pub(crate) struct Q5K;
 pub(crate) struct Q6K;
 
+/// `factors` and `group_i8` of a format with one scale per block of 32, its `q` made by the
+/// function `$q`.
+macro_rules! one_group {
+    ($q:ident) => {
+        #[inline(always)]
+        fn factors(d: &f32, _g: usize) -> [(f32, f32); 2] {
+            [(*d, 0.0); 2]
+        }
+        #[inline(always)]
+        unsafe fn group_i8(b: &[u8], _g: usize) -> __m256i {
+            // SAFETY: the caller guarantees AVX2.
+            unsafe { $q(b) }
+        }
+    };
+}
+
+/// Q8_0's 32 values.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q8_0_bytes(b: &[u8]) -> __m256i {
+    load32(&b[2..34])
+}
+
 impl Blocks for Q8_0 {
     const BYTES: usize = 34;
     const GROUPS: usize = 1;
     one_f16_scale!();
+    one_group!(q8_0_bytes);
     #[inline(always)]
     unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
         let q = &b[2..34];
@@ -213,10 +251,27 @@ fn nibbles32(qs: &[u8]) -> [__m256i; 4] {
     ]
 }
 
+/// The 32 nibbles of 16 bytes in element order (low nibbles, then high), one byte each.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn nibble_bytes(qs: &[u8]) -> __m256i {
+    let raw = load16(qs);
+    let both = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(raw), _mm_srli_epi16::<4>(raw));
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// Q4_0's 32 values less 8, one signed byte each.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q4_0_bytes(b: &[u8]) -> __m256i {
+    _mm256_sub_epi8(nibble_bytes(&b[2..18]), _mm256_set1_epi8(8))
+}
+
 impl Blocks for Q4_0 {
     const BYTES: usize = 18;
     const GROUPS: usize = 1;
     one_f16_scale!();
+    one_group!(q4_0_bytes);
     #[inline(always)]
     unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
@@ -233,10 +288,32 @@ impl Blocks for Q4_0 {
     }
 }
 
+/// Q5_0's 32 values less 16, one signed byte each: the nibbles, and bit `i` of the u32 `qh`
+/// as element `i`'s 16.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q5_0_bytes(b: &[u8]) -> __m256i {
+    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
+    // Byte i takes byte i / 8 of qh, then tests its bit i % 8.
+    let spread = _mm256_shuffle_epi8(
+        qh,
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    let fifth = _mm256_and_si256(set, _mm256_set1_epi8(16));
+    let q = _mm256_or_si256(nibble_bytes(&b[6..22]), fifth);
+    _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+}
+
 impl Blocks for Q5_0 {
     const BYTES: usize = 22;
     const GROUPS: usize = 1;
     one_f16_scale!();
+    one_group!(q5_0_bytes);
     #[inline(always)]
     unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
@@ -275,6 +352,20 @@ pub(super) fn nibbles(v: __m256i, shift: i32) -> __m256i {
     _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
 }
 
+/// The four groups of eight bytes of `v` widened to i32 lanes (signed).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn widen_i8(v: __m256i) -> [__m256i; 4] {
+    let lo = _mm256_castsi256_si128(v);
+    let hi = _mm256_extracti128_si256::<1>(v);
+    [
+        _mm256_cvtepi8_epi32(lo),
+        _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)),
+        _mm256_cvtepi8_epi32(hi),
+        _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)),
+    ]
+}
+
 /// The four groups of eight bytes of `v` widened to i32 lanes (unsigned).
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -297,14 +388,23 @@ impl Blocks for Q4K {
     fn prepare(b: &[u8]) -> [(f32, f32); 8] {
         k_group_factors(b)
     }
+    const AFFINE: bool = true;
     #[inline(always)]
     unsafe fn group(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
             let (ds, dm) = (_mm256_set1_ps(f[g].0), _mm256_set1_ps(f[g].1));
-            let q = nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
-            affine4(widen_u8(q), ds, dm)
+            affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
         }
+    }
+    #[inline(always)]
+    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2)) }
+    }
+    #[inline(always)]
+    fn factors(f: &[(f32, f32); 8], g: usize) -> [(f32, f32); 2] {
+        [f[g]; 2]
     }
 }
 
@@ -316,20 +416,31 @@ impl Blocks for Q5K {
     fn prepare(b: &[u8]) -> [(f32, f32); 8] {
         k_group_factors(b)
     }
+    const AFFINE: bool = true;
     #[inline(always)]
     unsafe fn group(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
             let (ds, dm) = (_mm256_set1_ps(f[g].0), _mm256_set1_ps(f[g].1));
+            affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
             let low = nibbles(load32(&b[48 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
             let qh = load32(&b[16..48]);
             let bit = _mm256_and_si256(
                 _mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)),
                 _mm256_set1_epi8(1),
             );
-            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit));
-            affine4(widen_u8(q), ds, dm)
+            _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit))
         }
+    }
+    #[inline(always)]
+    fn factors(f: &[(f32, f32); 8], g: usize) -> [(f32, f32); 2] {
+        [f[g]; 2]
     }
 }
 
@@ -347,6 +458,20 @@ impl Blocks for Q6K {
     unsafe fn group(b: &[u8], ds: &[f32; 16], c: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
+            let v = widen_i8(Self::group_i8(b, c));
+            let (d0, d1) = (_mm256_set1_ps(ds[2 * c]), _mm256_set1_ps(ds[2 * c + 1]));
+            [
+                scaled(v[0], d0),
+                scaled(v[1], d0),
+                scaled(v[2], d1),
+                scaled(v[3], d1),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_i8(b: &[u8], c: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
             let (h, s) = (c / 4, c % 4);
             let low = nibbles(load32(&b[64 * h + 32 * (s % 2)..]), 4 * (s as i32 / 2));
             let high = _mm256_and_si256(
@@ -354,16 +479,13 @@ impl Blocks for Q6K {
                 _mm256_set1_epi8(3),
             );
             let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
-            let offset = _mm256_set1_epi32(32);
-            let v = widen_u8(q);
-            let (d0, d1) = (_mm256_set1_ps(ds[2 * c]), _mm256_set1_ps(ds[2 * c + 1]));
-            [
-                scaled(_mm256_sub_epi32(v[0], offset), d0),
-                scaled(_mm256_sub_epi32(v[1], offset), d0),
-                scaled(_mm256_sub_epi32(v[2], offset), d1),
-                scaled(_mm256_sub_epi32(v[3], offset), d1),
-            ]
+            // 0..63 less 32 fits a signed byte.
+            _mm256_sub_epi8(q, _mm256_set1_epi8(32))
         }
+    }
+    #[inline(always)]
+    fn factors(ds: &[f32; 16], c: usize) -> [(f32, f32); 2] {
+        [(ds[2 * c], 0.0), (ds[2 * c + 1], 0.0)]
     }
 }
 

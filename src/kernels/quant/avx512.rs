@@ -14,16 +14,15 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256i, __m512, __m512i, _mm256_and_si256, _mm256_castsi256_si128,
-    _mm256_extracti128_si256, _mm256_or_si256, _mm256_set1_epi8, _mm256_slli_epi16,
-    _mm256_srl_epi16, _mm256_sub_epi8, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32,
-    _mm512_cvtepu8_epi32, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_or_epi32, _mm512_mul_ps,
-    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_srli_epi32, _mm512_storeu_ps,
-    _mm512_sub_epi32, _mm512_sub_ps, _mm_cvtsi32_si128, _mm_loadu_si128,
+    __m128i, __m256i, __m512, __m512i, _mm256_castsi256_si128, _mm256_extracti128_si256,
+    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_cvtepu8_epi32,
+    _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_or_epi32, _mm512_mul_ps, _mm512_set1_epi32,
+    _mm512_set1_ps, _mm512_setzero_ps, _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32,
+    _mm512_sub_ps, _mm_loadu_si128,
 };
 use std::ops::Range;
 
-use super::avx2::{by_format, load32, nibbles, Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use super::avx2::{by_format, Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
 use super::{decode_block, for_blocks};
 use crate::kernels::dtype::DType;
 use crate::kernels::parallel::ColumnsMut;
@@ -166,25 +165,13 @@ fn widen<const SIGNED: bool>(q: __m256i) -> [__m512i; 2] {
     }
 }
 
-/// Bit `shift` of each of 32 bytes, as 16 (the fifth bit of a value).
-#[target_feature(enable = "avx512f,avx2")]
-#[inline]
-fn fifth_bits(qh: __m256i, shift: i32) -> __m256i {
-    let bit = _mm256_and_si256(
-        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)),
-        _mm256_set1_epi8(1),
-    );
-    _mm256_slli_epi16::<4>(bit)
-}
-
 impl Blocks512 for Q4K {
     #[inline(always)]
     unsafe fn group512(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[g].0), _mm512_set1_ps(f[g].1));
-            let q = nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
-            let v = widen::<false>(q);
+            let v = widen::<false>(Self::group_i8(b, g));
             [affine(v[0], ds, dm), affine(v[1], ds, dm)]
         }
     }
@@ -196,9 +183,7 @@ impl Blocks512 for Q5K {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[g].0), _mm512_set1_ps(f[g].1));
-            let low = nibbles(load32(&b[48 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
-            let q = _mm256_or_si256(low, fifth_bits(load32(&b[16..48]), g as i32));
-            let v = widen::<false>(q);
+            let v = widen::<false>(Self::group_i8(b, g));
             [affine(v[0], ds, dm), affine(v[1], ds, dm)]
         }
     }
@@ -209,15 +194,7 @@ impl Blocks512 for Q6K {
     unsafe fn group512(b: &[u8], ds: &[f32; 16], c: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
         unsafe {
-            let (h, s) = (c / 4, c % 4);
-            let low = nibbles(load32(&b[64 * h + 32 * (s % 2)..]), 4 * (s as i32 / 2));
-            let high = _mm256_and_si256(
-                _mm256_srl_epi16(load32(&b[128 + 32 * h..]), _mm_cvtsi32_si128(2 * s as i32)),
-                _mm256_set1_epi8(3),
-            );
-            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
-            // 0..63 less 32 fits a signed byte: subtract before widening.
-            let v = widen::<true>(_mm256_sub_epi8(q, _mm256_set1_epi8(32)));
+            let v = widen::<true>(Self::group_i8(b, c));
             [
                 scaled(v[0], _mm512_set1_ps(ds[2 * c])),
                 scaled(v[1], _mm512_set1_ps(ds[2 * c + 1])),

@@ -81,7 +81,8 @@ fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     for (dtype, (n, k)) in quantized_dtypes().flat_map(|d| [(d, (40, 512)), (d, (13, 2048))]) {
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
-        for m in [1, 2, 3, 5, 8, 16, 30] {
+        // 24 rows and up take the panel kernel: 30 as tiles of 10, 33 as three of 11.
+        for m in [1, 2, 3, 5, 8, 16, 30, 33] {
             let x = tensor(&[m, k], &mut rng, 1.5);
             let want = bits(&linear_t(&x, &dense).expect("shapes"));
             for isa in simd::available() {
@@ -97,6 +98,50 @@ fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
             let ids = linear_argmax(&x, &w).expect("shapes");
             let best = super::super::argmax(&linear_t(&x, &dense).expect("shapes")).expect("rows");
             assert_eq!(ids, best, "{dtype} argmax m={m}");
+        }
+    }
+}
+
+/// The panel packer (`quant::panel_*`, which `linear` uses from 24 x rows) puts each row's
+/// decoded value where the panel kernel reads it, with zeros past the rows it was given, for
+/// every format, panel width and instruction-set path.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn block_rows_pack_into_panels_with_the_decoders_bits() {
+    use super::super::quant::panel_on;
+    use super::super::simd::Isa;
+    let mut rng = Rng::new(20);
+    for dtype in quantized_dtypes() {
+        let k = 2 * dtype.block_elems();
+        let n = 19;
+        let w = quantized(dtype, n, k, &mut rng);
+        let mut want = vec![0.0f32; n * k];
+        w.read_f32(0, &mut want);
+        // Lane l's elements start at vector `starts[l]`: the panel kernel's segment order.
+        let starts: [usize; 16] = std::array::from_fn(|l| l * k / 16);
+        for isa in simd::available().into_iter().filter(|i| *i >= Isa::Avx2Fma) {
+            for rows in [0..16, 3..19, 16..19, 5..6] {
+                let mut panel = vec![f32::NAN; k * 16];
+                let cpu = simd::limit(isa);
+                let packed = panel_on(cpu, dtype, w.bytes(), k, rows.clone(), &starts, &mut panel);
+                assert!(packed, "{dtype} is a block format");
+                for e in 0..k {
+                    for c in 0..16 {
+                        let got = panel[(starts[e % 16] + e / 16) * 16 + c];
+                        let row = rows.start + c;
+                        let value = if row < rows.end {
+                            want[row * k + e]
+                        } else {
+                            0.0
+                        };
+                        assert_eq!(
+                            got.to_bits(),
+                            value.to_bits(),
+                            "{dtype} {isa:?} rows {rows:?} element {e} column {c}"
+                        );
+                    }
+                }
+            }
         }
     }
 }
