@@ -173,11 +173,6 @@ trait Rows: Sync {
     fn raw(&self) -> Option<(&[u8], DType)> {
         None
     }
-    /// Whether elements come in blocks (a GGML block format), so that decoding a few of them
-    /// costs a whole block: callers then decode whole rows.
-    fn blocked(&self) -> bool {
-        self.raw().is_some_and(|(_, d)| d.is_quantized())
-    }
     /// [`Rows::decode`] for the AVX2 path; same values.
     ///
     /// # Safety
@@ -295,8 +290,8 @@ impl Rows for WeightRows<'_> {
                 DType::F16 => {
                     _mm256_cvtph_ps(_mm_loadu_si128(floats(2).as_ptr().cast::<__m128i>()))
                 }
-                // Eight elements cost their block; callers decode whole rows instead
-                // (`Rows::blocked`), so this is only ever a slow fallback.
+                // Eight elements cost their block; the panel packer reads blocks itself
+                // (`quant::panel_avx2`), so this is only ever a slow fallback.
                 _ => {
                     let mut v = [0.0f32; 8];
                     self.decode(start, &mut v);

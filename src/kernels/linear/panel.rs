@@ -60,9 +60,6 @@ pub(super) const MIN_ROWS: usize = 24;
 const BLOCK_BYTES: usize = 512 << 10;
 /// Bytes of x up to which one panel at a time is packed (see [`panels_per_block`]).
 const X_L2_BYTES: usize = 1 << 20;
-/// Inner elements of a block-format panel decoded at a time: a whole number of blocks of every
-/// format (32 or 256 elements), since rows are whole blocks.
-const BLOCK_SPAN: usize = 256;
 
 /// Where each lane's subsequence of the inner dimension lies once permuted: lane `l` holds
 /// elements `l, l + 16, ...`, stored contiguously from [`Segments::start`].
@@ -218,7 +215,7 @@ fn columns<S: Rows, const WIDE: bool>(
                                 }
                             };
                         }
-                        wide!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+                        wide!(1 2 3 4 5 6 7 8 9 10 11 12);
                     } else {
                         // SAFETY: both callers enable AVX2 and FMA.
                         unsafe {
@@ -269,10 +266,9 @@ fn panels_per_block(m: usize, k: usize) -> usize {
 /// Weight rows `j0..j0 + width` as a panel in segment order: row `j0 + c`'s inner element
 /// `16 t + l` at `(seg.start(l) + t) * PANEL + c`, the order [`permute_rows`] gives x, so a
 /// tile reads each segment's weights as one sequential stream; rows past `width` are zero.
-/// (Stored in inner order instead, a segment's steps were a kilobyte apart, all in four of
-/// L1's sets: the tile waited on its weight loads.) Each 8 × 8 block is decoded straight from
-/// the stored rows into registers and transposed there. `WIDE` decodes block formats sixteen
-/// values a vector; the caller has detected AVX-512F then.
+/// Block formats are packed from their integers (`quant::panel_avx2`, `quant::panel_avx512`:
+/// `WIDE` picks the second, the caller has detected AVX-512F then); float rows are loaded
+/// eight values at a time and transposed 8 × 8 in registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_panel<S: Rows, const WIDE: bool>(w: &S, j0: usize, width: usize, panel: &mut [f32]) {
     let k = panel.len() / PANEL;
@@ -286,54 +282,10 @@ fn pack_panel<S: Rows, const WIDE: bool>(w: &S, j0: usize, width: usize, panel: 
         } else {
             quant::panel_avx2(dtype, bytes, k, rows, &starts, panel)
         };
-        if packed {
-            return;
-        }
-    }
-    if w.blocked() {
-        // Eight elements of a block format cost their whole block: decode the panel's rows a
-        // span of whole blocks at a time into L1 (16 rows x 256 f32 = 16 KiB), then transpose
-        // that span as f32 rows.
-        let mut rows = [0.0f32; PANEL * BLOCK_SPAN];
-        let mut k0 = 0;
-        while k0 < k {
-            let len = BLOCK_SPAN.min(k - k0);
-            for (c, dst) in rows[..PANEL * len].chunks_exact_mut(len).enumerate() {
-                if c < width && WIDE {
-                    // SAFETY: `WIDE` only after AVX-512F was detected (this function's
-                    // contract), with the features `decode_avx2` needs.
-                    unsafe { w.decode_avx512((j0 + c) * k + k0, dst) };
-                } else if c < width {
-                    // SAFETY: this function's features include those `decode_avx2` needs.
-                    unsafe { w.decode_avx2((j0 + c) * k + k0, dst) };
-                } else {
-                    dst.fill(0.0);
-                }
-            }
-            // `k0` is a multiple of `BLOCK_SPAN`, itself of `LANES`: the span starts a step.
-            let span = &super::F32Rows(&rows[..PANEL * len]);
-            transpose_span(span, (0, PANEL, len), (k0, len), seg, panel);
-            k0 += len;
-        }
+        assert!(packed, "a block format packs from its blocks");
         return;
     }
-    transpose_span(w, (j0, width, k), (0, k), seg, panel);
-}
-
-/// The `len` elements of rows `j0..j0 + width` of `w` (each `row_len` long, from its start)
-/// as the panel's inner elements `k0..k0 + len`, in segment order (see [`pack_panel`]);
-/// `k0` is a multiple of `LANES`.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn transpose_span<S: Rows>(
-    w: &S,
-    (j0, width, row_len): (usize, usize, usize),
-    (k0, len): (usize, usize),
-    seg: Segments,
-    panel: &mut [f32],
-) {
-    debug_assert!(k0 % LANES == 0 && len <= row_len);
-    let step0 = k0 / LANES;
-    let blocks = len / LANES;
+    let blocks = k / LANES;
     for t in 0..blocks {
         for c0 in [0, 8] {
             for l0 in [0, 8] {
@@ -341,13 +293,13 @@ fn transpose_span<S: Rows>(
                     let c = c0 + r;
                     if c < width {
                         // SAFETY: this function's features include those `load8_avx2` needs.
-                        unsafe { w.load8_avx2((j0 + c) * row_len + t * LANES + l0) }
+                        unsafe { w.load8_avx2((j0 + c) * k + t * LANES + l0) }
                     } else {
                         _mm256_setzero_ps()
                     }
                 });
                 for (dl, v) in transpose8(rows).into_iter().enumerate() {
-                    let at = (seg.start(l0 + dl) + step0 + t) * PANEL + c0;
+                    let at = (seg.start(l0 + dl) + t) * PANEL + c0;
                     let dst = &mut panel[at..][..8];
                     // SAFETY: `dst` holds exactly 8 f32s (one unaligned store).
                     unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), v) };
@@ -355,18 +307,18 @@ fn transpose_span<S: Rows>(
             }
         }
     }
-    let tail = len - blocks * LANES;
+    let tail = k - blocks * LANES;
     if tail > 0 {
         let mut buf = [0.0f32; LANES];
         for c in 0..PANEL {
             let buf = &mut buf[..tail];
             if c < width {
-                w.decode((j0 + c) * row_len + blocks * LANES, buf);
+                w.decode((j0 + c) * k + blocks * LANES, buf);
             } else {
                 buf.fill(0.0);
             }
             for (l, v) in buf.iter().enumerate() {
-                panel[(seg.start(l) + step0 + blocks) * PANEL + c] = *v;
+                panel[(seg.start(l) + blocks) * PANEL + c] = *v;
             }
         }
     }
