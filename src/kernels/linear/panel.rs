@@ -47,6 +47,8 @@ const TILE_ROWS: usize = 6;
 const WIDE_ROWS: usize = 12;
 /// The tile rows the segment sums have room for.
 const MAX_ROWS: usize = WIDE_ROWS;
+/// Each tile row's sixteen segment sums for each of a panel's sixteen outputs.
+type Sums = [[[f32; PANEL]; MAX_ROWS]; LANES];
 /// x rows from which this path is taken. Packing costs about one cycle per weight element
 /// (decode, transpose, store) against `m / 16` cycles of FMAs, so below this the tile-buffer
 /// kernel, which only decodes, is as fast or faster (one thread on an AVX2 EPYC, both kernels
@@ -179,8 +181,8 @@ fn columns<S: Rows, const WIDE: bool>(
     // apart would share L2's sets.
     let stride = k * PANEL + PANEL;
     let mut panels = vec![0.0f32; per_block.min(cols.len().div_ceil(PANEL)) * stride];
-    let mut sums = [[[0.0f32; PANEL]; MAX_ROWS]; LANES];
-    let mut sums2 = [[[0.0f32; PANEL]; MAX_ROWS]; LANES];
+    let mut sums: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
+    let mut sums2: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
     let step = if WIDE { WIDE_ROWS } else { TILE_ROWS };
     let mut b0 = cols.start;
     while b0 < cols.end {
@@ -290,9 +292,6 @@ fn store_rows(
         dst.copy_from_slice(&reduced[..width]);
     }
 }
-
-/// Each tile row's sixteen segment sums for each of a panel's sixteen outputs.
-type Sums = [[[f32; PANEL]; MAX_ROWS]; LANES];
 
 /// [`tile_avx512`] against two panels at once: each broadcast x value feeds two weight vectors,
 /// 24 FMAs from 14 loads. Alternated call by call with one panel at a time (Emerald Rapids, 2
@@ -454,7 +453,7 @@ fn tile<const R: usize>(
     (g, r0): (usize, usize),
     panel: &[f32],
     seg: Segments,
-    sums: &mut [[[f32; PANEL]; MAX_ROWS]; LANES],
+    sums: &mut Sums,
 ) {
     assert!(R <= TILE_ROWS && r0 + R <= g && x.len() >= g * k && panel.len() >= k * PANEL);
     let xp = x.as_ptr();
@@ -494,7 +493,7 @@ fn tile_avx512<const R: usize>(
     (g, r0): (usize, usize),
     panel: &[f32],
     seg: Segments,
-    sums: &mut [[[f32; PANEL]; MAX_ROWS]; LANES],
+    sums: &mut Sums,
 ) {
     use std::arch::x86_64::{
         __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
@@ -530,7 +529,7 @@ fn tile_avx512<const R: usize>(
 /// Row `r`'s 16 segment sums added as `simd::reduce_lanes` adds lanes (`a[i] + a[i + h]` for
 /// `h` = 8, 4, 2, 1), for the panel's 16 outputs at once.
 #[target_feature(enable = "avx2")]
-fn reduce(sums: &[[[f32; PANEL]; MAX_ROWS]; LANES], r: usize, out: &mut [f32; PANEL]) {
+fn reduce(sums: &Sums, r: usize, out: &mut [f32; PANEL]) {
     for h in [0, 8] {
         // SAFETY: every `sums[l][r][h..h + 8]` and `out[h..h + 8]` is 8 f32s inside its array
         // (`h <= 8`, arrays 16 long); unaligned loads and stores.
