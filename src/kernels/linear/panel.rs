@@ -32,7 +32,7 @@ use std::arch::x86_64::{
 
 use super::{ColumnsMut, Rows};
 use crate::kernels::quant;
-use crate::kernels::simd::LANES;
+use crate::kernels::simd::{LineAligned, LANES};
 
 /// Weight rows (output columns) per packed panel: two 8-wide vectors.
 pub(super) const PANEL: usize = 16;
@@ -180,7 +180,12 @@ fn columns<S: Rows, const WIDE: bool>(
     // One spare cache line between panels: at k = 2048 a panel is 128 KiB, and panels that far
     // apart would share L2's sets.
     let stride = k * PANEL + PANEL;
-    let mut panels = vec![0.0f32; per_block.min(cols.len().div_ceil(PANEL)) * stride];
+    // Each panel starts on a cache line (`stride` is a whole number of lines): from the heap's
+    // 16-byte alignment every 64-byte load and store of a panel straddled two. Aligned,
+    // alternated call by call in one process (Emerald Rapids, one thread, Q5_0), 32 rows of
+    // k = 640 and 1152 ran 17-22 % faster and 128 rows 9 %.
+    let mut buf = LineAligned::zeroed(per_block.min(cols.len().div_ceil(PANEL)) * stride);
+    let panels = buf.as_mut_slice();
     let mut sums: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
     let mut sums2: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
     let step = if WIDE { WIDE_ROWS } else { TILE_ROWS };
