@@ -434,6 +434,9 @@ impl Ctx<'_> {
     }
 }
 
+/// Keys whose scores are computed side by side ([`simd::dots`]).
+const KEYS: usize = 4;
+
 simd::with_isa! {
     /// [`attend_rows`] compiled for the given instruction set.
     fn attend_on(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) -> () = attend_rows;
@@ -467,7 +470,15 @@ fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
         }
         let qrow = &ctx.q[r * d..(r + 1) * d];
         scores.clear();
-        for j in lo..=col {
+        // Four keys at a time: one dot product of a head's length is a chain of dependent
+        // multiply-adds, four of them overlap.
+        let mut j = lo;
+        while j + KEYS <= col + 1 {
+            let keys: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i, kvh).0);
+            scores.extend(simd::dots(qrow, keys).map(|s| s * ctx.scale));
+            j += KEYS;
+        }
+        for j in j..=col {
             let (key, _) = ctx.kv_at(b, j, kvh);
             scores.push(simd::dot(qrow, key) * ctx.scale);
         }
@@ -484,7 +495,15 @@ fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
             sum += f64::from(*s);
         }
         let total = sum as f32;
-        for (j, &e) in (lo..=col).zip(scores.iter()) {
+        // Four values at a time, each output element loaded and stored once for the four.
+        let mut j = lo;
+        for e in scores.chunks_exact(KEYS) {
+            let vals: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i, kvh).1);
+            let weights: [f32; KEYS] = std::array::from_fn(|i| e[i] / total);
+            simd::axpys(out, weights, vals);
+            j += KEYS;
+        }
+        for (j, &e) in (j..=col).zip(scores.chunks_exact(KEYS).remainder()) {
             let (_, val) = ctx.kv_at(b, j, kvh);
             simd::axpy(out, e / total, val);
         }

@@ -297,6 +297,31 @@ pub(crate) fn reduce_lanes(acc: &[f32; LANES]) -> f32 {
     a[0]
 }
 
+/// `a · b[i]` for each of `N` vectors `b[i]` as long as `a`, each exactly [`dot`]: the `N`
+/// dot products advance side by side, so their multiply-add chains overlap where one dot is
+/// bound by the latency of its own chain.
+#[inline(always)]
+pub(crate) fn dots<const N: usize>(a: &[f32], b: [&[f32]; N]) -> [f32; N] {
+    let n = a.len();
+    let b: [&[f32]; N] = b.map(|b| &b[..n]);
+    let mut acc = [[0.0f32; LANES]; N];
+    let whole = n - n % LANES;
+    for (c, x) in a[..whole].chunks_exact(LANES).enumerate() {
+        for (acc, b) in acc.iter_mut().zip(&b) {
+            let y = &b[c * LANES..(c + 1) * LANES];
+            for l in 0..LANES {
+                acc[l] = x[l].mul_add(y[l], acc[l]);
+            }
+        }
+    }
+    for (acc, b) in acc.iter_mut().zip(&b) {
+        for ((x, y), s) in a[whole..].iter().zip(&b[whole..]).zip(acc.iter_mut()) {
+            *s = x.mul_add(*y, *s);
+        }
+    }
+    acc.map(|acc| reduce_lanes(&acc))
+}
+
 /// `a · b` in the fixed order.
 #[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -310,6 +335,21 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     for (y, x) in y.iter_mut().zip(x) {
         *y = a.mul_add(*x, *y);
+    }
+}
+
+/// [`axpy`] with `a[0]` and `x[0]`, then `a[1]` and `x[1]`, and so on: each `y[i]` takes the
+/// same multiply-adds in the same order, and is loaded and stored once instead of `N` times.
+#[inline(always)]
+pub(crate) fn axpys<const N: usize>(y: &mut [f32], a: [f32; N], x: [&[f32]; N]) {
+    let n = y.len();
+    let x: [&[f32]; N] = x.map(|x| &x[..n]);
+    for (i, y) in y.iter_mut().enumerate() {
+        let mut v = *y;
+        for (a, x) in a.iter().zip(&x) {
+            v = a.mul_add(x[i], v);
+        }
+        *y = v;
     }
 }
 
@@ -451,6 +491,40 @@ pub(crate) fn f16_to_f32(bits: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dots_and_axpys_give_the_bits_of_one_at_a_time() {
+        let vals = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 97.0 - 10.0)
+                .collect()
+        };
+        for n in [0, 1, 15, 16, 17, 33, 256, 300] {
+            let a = vals(n, 1);
+            let b: Vec<Vec<f32>> = (2..6).map(|s| vals(n, s)).collect();
+            let refs: [&[f32]; 4] = std::array::from_fn(|i| &b[i][..]);
+            let got = dots(&a, refs);
+            for (i, got) in got.iter().enumerate() {
+                assert_eq!(
+                    got.to_bits(),
+                    dot(&a, &b[i]).to_bits(),
+                    "dot {i} of length {n}"
+                );
+            }
+            let weights = [0.3f32, -1.7, 2.25, 1e-3];
+            let mut together = vals(n, 9);
+            let mut apart = together.clone();
+            axpys(&mut together, weights, refs);
+            for (w, x) in weights.iter().zip(&b) {
+                axpy(&mut apart, *w, x);
+            }
+            let same = together
+                .iter()
+                .zip(&apart)
+                .all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "axpys of length {n}");
+        }
+    }
 
     #[test]
     fn line_aligned_floats_start_on_a_cache_line_and_hold_what_was_copied() {
