@@ -354,7 +354,8 @@ impl<'a> Lhs<'a> {
         // two, and from the heap's 16-byte alignment most of those loads straddled two cache
         // lines. A copy on a line boundary, alternated call by call in one process with one
         // 16 bytes off (Emerald Rapids, one thread): Q5_0 x[8, 640] 15-23 % faster, Q8_0
-        // 15-43 %, 16 rows 15-40 %; one row, whose x load feeds four weight rows, the same.
+        // 15-43 %, 16 rows 15-40 %. One row, whose x load feeds four weight rows, ran the same
+        // either way, so it is not copied.
         let misaligned = m > 1 && x.as_ptr().align_offset(64) != 0;
         Lhs {
             x,
