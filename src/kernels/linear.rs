@@ -356,7 +356,7 @@ impl<'a> Lhs<'a> {
         // 16 bytes off (Emerald Rapids, one thread): Q5_0 x[8, 640] 15-23 % faster, Q8_0
         // 15-43 %, 16 rows 15-40 %. One row, whose x load feeds four weight rows, ran the same
         // either way, so it is not copied.
-        let misaligned = m > 1 && x.as_ptr().align_offset(64) != 0;
+        let misaligned = m > 1 && !LineAligned::starts_on_line(x);
         Lhs {
             x,
             aligned: misaligned.then(|| LineAligned::copy_of(x)),

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// Lanes in every accumulator; 16 f32 = one AVX-512 register, two AVX2 registers.
 pub(crate) const LANES: usize = 16;
 
-/// Bytes in a cache line, the unit of a software prefetch.
-#[cfg(target_arch = "x86_64")]
+/// Bytes in a cache line: the unit of a software prefetch, and what `LineAligned` aligns to.
 const LINE: usize = 64;
 
 /// `len` f32s starting on a cache-line boundary, so that no 64-byte vector load or store at a
@@ -29,19 +28,22 @@ pub(crate) struct LineAligned {
     len: usize,
 }
 
-/// f32s per 64-byte cache line.
-const LINE_FLOATS: usize = 16;
+/// f32s per cache line.
+const LINE_FLOATS: usize = LINE / std::mem::size_of::<f32>();
 
 impl LineAligned {
     /// `len` zeros.
     pub(crate) fn zeroed(len: usize) -> LineAligned {
         let buf = vec![0.0f32; len + LINE_FLOATS];
-        let off = buf
-            .as_ptr()
-            .align_offset(LINE_FLOATS * std::mem::size_of::<f32>());
+        let off = buf.as_ptr().align_offset(LINE);
         // `align_offset` may decline (`usize::MAX`); then the floats only run slower.
         let start = if off < LINE_FLOATS { off } else { 0 };
         LineAligned { buf, start, len }
+    }
+
+    /// Whether `values` already starts on a cache line.
+    pub(crate) fn starts_on_line(values: &[f32]) -> bool {
+        values.as_ptr().align_offset(LINE) == 0
     }
 
     /// A copy of `values`.

@@ -182,9 +182,8 @@ fn columns<S: Rows, const WIDE: bool>(
     let stride = k * PANEL + PANEL;
     // Each panel starts on a cache line (`stride` is a whole number of lines): at the offsets
     // the heap's 16-byte alignment allows, every 64-byte load and store of a panel straddled
-    // two. Aligned,
-    // alternated call by call in one process (Emerald Rapids, one thread, Q5_0), 32 rows of
-    // k = 640 and 1152 ran 17-22 % faster and 128 rows 9 %.
+    // two. Aligned, alternated call by call in one process (Emerald Rapids, one thread, Q5_0),
+    // 32 rows of k = 640 and 1152 ran 17-22 % faster and 128 rows 9 %.
     let mut buf = LineAligned::zeroed(per_block.min(cols.len().div_ceil(PANEL)) * stride);
     let panels = buf.as_mut_slice();
     let mut sums: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
