@@ -536,6 +536,11 @@ fn quantise_block(
         let row_l2 = sq_sum.sqrt() * f64::from(scale) * (1.0 + ROUND_UP);
         block.row_l2.push(up(row_l2));
     }
+    // The rows that pad the last panel hold level zero, as the padding of every row does.
+    let rows = block.scale.len();
+    for local in rows..rows.next_multiple_of(panel::ROWS) {
+        panel::scatter(out.panels, kp, local, &[]);
+    }
     block
 }
 
