@@ -62,6 +62,12 @@ pub(super) fn scatter(panels: &mut [u8], kp: usize, row: usize, levels: &[u8]) {
     let base = at(kp, row, 0);
     for g in 0..kp / GROUP {
         let dst = &mut panels[base + g * GROUP_BYTES..][..GROUP];
+        if let Some(src) = levels.get(g * GROUP..(g + 1) * GROUP) {
+            for (d, &q) in dst.iter_mut().zip(src) {
+                *d = stored(q as i8);
+            }
+            continue;
+        }
         for (t, d) in dst.iter_mut().enumerate() {
             *d = stored(levels.get(g * GROUP + t).map_or(0, |&q| q as i8));
         }
