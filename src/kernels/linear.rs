@@ -349,14 +349,16 @@ impl<'a> Lhs<'a> {
                 permuted: Some(panel::permute_rows(x, m, k)),
             };
         }
-        let _ = (cpu, m, k);
+        let _ = k;
         // The few-row kernels load x sixteen floats at a time, one load per multiply-add or
         // two, and from the heap's 16-byte alignment most of those loads straddled two cache
         // lines. A copy on a line boundary, alternated call by call in one process with one
         // 16 bytes off (Emerald Rapids, one thread): Q5_0 x[8, 640] 15-23 % faster, Q8_0
         // 15-43 %, 16 rows 15-40 %. One row, whose x load feeds four weight rows, ran the same
-        // either way, so it is not copied.
-        let misaligned = m > 1 && !LineAligned::starts_on_line(x);
+        // either way, so it is not copied; nor is x for the portable loops, which load no
+        // vectors of their own.
+        let vectors = cpu.isa() >= Isa::Avx2Fma;
+        let misaligned = vectors && m > 1 && !LineAligned::starts_on_line(x);
         Lhs {
             x,
             aligned: misaligned.then(|| LineAligned::copy_of(x)),
