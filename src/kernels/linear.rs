@@ -13,7 +13,9 @@
 //! Rust (3 × 2), AVX2 (3 × 4, one half of the 16 lanes at a time, so each accumulator is one
 //! 256-bit register) and AVX-512 (6 × 4, each accumulator in one 512-bit register). One x row
 //! instead streams the stored weights straight into registers (`linear/gemv.rs`), and on AVX2
-//! 24 or more rows take the panel kernel (`linear/panel.rs`), an outer product per lane.
+//! 24 or more rows take the panel kernel (`linear/panel.rs`), an outer product per lane. On
+//! AVX-512, 2 to 128 rows against block-format weights go through strips instead
+//! (`quant/strip.rs`: rows decoded once into L1, then a tile of vector operands).
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -323,7 +325,7 @@ impl Rows for F32Rows<'_> {
 fn run<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     let min_cols = min_task_cols(m, k);
-    let lhs = Lhs::new(cpu, x, m, k);
+    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, w));
     parallel::for_columns(&mut out, n, min_cols, ALIGN, per_thread(m), |mut block| {
         columns_on(cpu, &lhs, m, k, w, &mut block)
     });
@@ -340,16 +342,17 @@ struct Lhs<'a> {
 }
 
 impl<'a> Lhs<'a> {
-    fn new(cpu: Cpu, x: &'a [f32], m: usize, k: usize) -> Lhs<'a> {
+    /// `panels`: whether the panel kernel takes these rows ([`takes_panels`]).
+    fn new(cpu: Cpu, x: &'a [f32], m: usize, k: usize, panels: bool) -> Lhs<'a> {
         #[cfg(target_arch = "x86_64")]
-        if takes_panels(cpu, m) {
+        if panels {
             return Lhs {
                 x,
                 aligned: None,
                 permuted: Some(panel::permute_rows(x, m, k)),
             };
         }
-        let _ = k;
+        let _ = (k, panels);
         // The few-row kernels load x sixteen floats at a time, one load per multiply-add or
         // two, and from the heap's 16-byte alignment most of those loads straddled two cache
         // lines. A copy on a line boundary, alternated call by call in one process with one
@@ -372,12 +375,22 @@ impl<'a> Lhs<'a> {
     }
 }
 
-/// Whether `m` x rows go through the panel kernel on this CPU (AVX2 or AVX-512: on an AMD
-/// EPYC, Zen 4, its AVX-512 tile beats the wide-register tile kernel from 32 rows up, 146
-/// against 150-188 GFLOP/s at 512 rows over several runs of a noisy host; docs/performance.md).
-#[cfg(target_arch = "x86_64")]
-fn takes_panels(cpu: Cpu, m: usize) -> bool {
-    cpu.isa() >= Isa::Avx2Fma && m >= panel::MIN_ROWS
+/// Whether `m` x rows times `w` go through the panel kernel on this CPU (AVX2 or AVX-512: on an
+/// AMD EPYC, Zen 4, its AVX-512 tile beats the wide-register tile kernel from 32 rows up, 146
+/// against 150-188 GFLOP/s at 512 rows over several runs of a noisy host; docs/performance.md),
+/// unless block rows go through strips there ([`quant::takes_strips`]).
+fn takes_panels<S: Rows>(cpu: Cpu, m: usize, w: &S) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let strips =
+            cpu.isa() >= Isa::Avx512 && w.raw().is_some_and(|(_, d)| quant::takes_strips(d, m));
+        cpu.isa() >= Isa::Avx2Fma && m >= panel::MIN_ROWS && !strips
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (cpu, m, w);
+        false
+    }
 }
 
 /// Column blocks per thread. Several rows of x make a call compute-bound, and then blocks
@@ -443,7 +456,8 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
 
 /// [`linear_argmax`] of `m` x rows by scoring every weight row.
 fn argmax_all(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, src: &WeightRows<'_>) -> Vec<u32> {
-    let best = argmax_cols(cpu, &Lhs::new(cpu, x, m, k), m, k, 0..n, src);
+    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, src));
+    let best = argmax_cols(cpu, &lhs, m, k, 0..n, src);
     // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
     best.into_iter().map(|b| b.index as u32).collect()
 }
@@ -563,7 +577,8 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
             .flat_map(|&i| &x[i * k..(i + 1) * k])
             .copied()
             .collect();
-        let lhs = Lhs::new(cpu, &xs, rest.len(), k);
+        let panels = takes_panels(cpu, rest.len(), &w);
+        let lhs = Lhs::new(cpu, &xs, rest.len(), k, panels);
         let mut best = vec![Best::NONE; rest.len()];
         let n = screen.rows();
         // A span at a time, handed back after it: the full pass never holds the whole weight
@@ -589,7 +604,7 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
 /// head would make much of it resident again next to its screen.
 fn best_among(cpu: Cpu, x: &[f32], rows: &[usize], weight: &Weight) -> Best {
     let k = x.len();
-    let lhs = Lhs::new(cpu, x, 1, k);
+    let lhs = Lhs::new(cpu, x, 1, k, false);
     let mut bytes = Vec::new();
     weight.copy_rows(rows, &mut bytes);
     let gathered = WeightRows {
@@ -707,9 +722,8 @@ fn columns_on<S: Rows>(
         if unsafe { row_gemv(lhs.rows(), m, k, w, out) } {
             return;
         }
-        let few = |d: DType| d.is_quantized() && quant::takes_registers_avx512(d, m);
-        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| few(*d)) {
-            if quant::gemm_blocks_avx512(dtype, lhs.rows(), m, k, bytes, out) {
+        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| quant::takes_strips(*d, m)) {
+            if quant::gemm_strips_avx512(dtype, lhs.rows(), m, k, bytes, out) {
                 return;
             }
         }

@@ -35,15 +35,17 @@ mod gemv;
 #[cfg(target_arch = "x86_64")]
 mod panel;
 #[cfg(target_arch = "x86_64")]
+mod strip;
+#[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::read_avx2;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx512::{gemm_blocks_avx512, gemv_blocks_avx512, read_avx512};
+pub(crate) use avx512::{gemv_blocks_avx512, read_avx512};
 #[cfg(target_arch = "x86_64")]
-pub(crate) use gemv::{
-    gemm_blocks_avx2, gemv_blocks_avx2, takes_registers, takes_registers_avx512,
-};
+pub(crate) use gemv::{gemm_blocks_avx2, gemv_blocks_avx2, takes_registers};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use panel::{panel_avx2, panel_avx512};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use strip::{gemm_strips_avx512, takes_strips};
 
 /// Elements in the largest block (the K formats' super-block).
 pub(crate) const MAX_BLOCK: usize = 256;

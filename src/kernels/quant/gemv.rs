@@ -138,18 +138,6 @@ pub(crate) fn takes_registers(dtype: DType, m: usize) -> bool {
     }
 }
 
-/// Whether `m` (more than one) x rows against `dtype` go through `gemm_blocks_avx512` on an
-/// AVX-512 machine rather than its tile-buffer kernel: the 32-element formats at any row count
-/// below the panel kernel's (one AMD EPYC, Zen 4, 2 threads, `kernel_bench` 8 × 640 × 2048:
-/// Q8_0 68 -> 124 GFLOP/s, Q5_0 78 -> 100), and with the 16-wide decoders the K formats up to
-/// 8 rows (one Intel Xeon, Emerald Rapids, 2 threads, 8 × 1024 × 640: Q4_K and Q6_K 54-60 ->
-/// 73-81; at k 2048 the two kernels are even, 47-63 either way). Callers ask only below the
-/// panel kernel's rows.
-pub(crate) fn takes_registers_avx512(dtype: DType, m: usize) -> bool {
-    let k_format = matches!(dtype, DType::Q4_K | DType::Q5_K | DType::Q6_K);
-    m > 1 && (!k_format || m <= 8)
-}
-
 /// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows and a block-format
 /// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows; false
 /// (nothing written) for a float dtype. The order per output is [`gemv_blocks_avx2`]'s. Callers

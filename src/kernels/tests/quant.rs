@@ -77,12 +77,16 @@ fn simd_decoders_give_the_scalar_decoders_bits() {
 #[test]
 fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     let mut rng = Rng::new(19);
-    // k = 2048: x rows larger than L1; 13 rows leave remainders of the three-row tiles.
-    for (dtype, (n, k)) in quantized_dtypes().flat_map(|d| [(d, (40, 512)), (d, (13, 2048))]) {
+    // k = 2048: x rows larger than L1, and on AVX-512 two chunks of a strip; 1280 a chunk and
+    // a shorter one. 13 and 40 rows leave remainders of the strips of six and the tiles of
+    // three.
+    let shapes = |d| [(d, (40, 512)), (d, (13, 2048)), (d, (9, 1280))];
+    for (dtype, (n, k)) in quantized_dtypes().flat_map(shapes) {
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
-        // 24 rows and up take the panel kernel: 30 as tiles of 10, 33 as three of 11.
-        for m in [1, 2, 3, 5, 8, 16, 30, 33] {
+        // 24 rows and up take the panel kernel (on AVX-512 above 128): 30 as tiles of 10, 33
+        // as three of 11; below, 30 and 33 leave remainders of the four-row strip tiles.
+        for m in [1, 2, 3, 5, 8, 16, 30, 33, 130] {
             let x = tensor(&[m, k], &mut rng, 1.5);
             let want = bits(&linear_t(&x, &dense).expect("shapes"));
             for isa in simd::available() {

@@ -1,0 +1,361 @@
+//! Several x rows times block-format weights on AVX-512: a strip of weight rows decoded once
+//! into a buffer in L1, then every x row multiplied into it by a register tile.
+//!
+//! Why not the two shapes this replaced below 129 rows. A register kernel decoded a weight row
+//! again for every eight x rows and interleaved that decode with a few multiply-adds; the panel
+//! kernel decodes once, but must transpose each block into sixteen-row panels, a shuffle-bound
+//! pass that cost two thirds as much as the multiply-adds themselves at 32 x rows. Here the
+//! decode is the one-row kernel's (a weight row stays a row: no transpose) and the multiply-adds
+//! are a tile of `R` x rows by `C` weight rows whose operands are both vectors, so each
+//! accumulator holds one output's sixteen lane sums in exactly the order of every other
+//! `linear` path: element `e` into lane `e % 16`, ascending, then [`reduce_lanes`](crate::kernels::simd::reduce_lanes)' tree.
+//! The trees of sixteen outputs are taken together by [`reduce16`], which does the same
+//! additions on whole vectors. Between chunks of k (so that a strip's chunk stays in L1) a
+//! tile's accumulators wait in memory, which changes nothing in their order.
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::{
+    __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps,
+    _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_storeu_ps,
+};
+
+use super::avx2::by_format;
+use super::avx512::Blocks512;
+use crate::kernels::dtype::DType;
+use crate::kernels::parallel::ColumnsMut;
+use crate::kernels::simd::{LineAligned, LANES};
+
+/// The most x rows that go through strips rather than the panel kernel. One Intel Xeon
+/// (Emerald Rapids, AVX-512, no AMX), Q5_0, in-process alternation with the kernels before
+/// (the register kernel below 24 rows, panels from 24), medians: strips took 0.61-0.92 of the
+/// time from 2 to 32 rows, 0.89-0.94 at 128, and 1.23-1.59 at 512 and 1024, where the panels'
+/// transpose is shared by enough rows and their broadcast x operand reads less than strips do.
+const MAX_ROWS: usize = 128;
+
+/// Whether `m` x rows times block-format `dtype` go through [`gemm_strips_avx512`] on an
+/// AVX-512 machine: from two rows (one row is the streaming `gemv`) up to [`MAX_ROWS`].
+pub(crate) fn takes_strips(dtype: DType, m: usize) -> bool {
+    dtype.is_quantized() && (2..=MAX_ROWS).contains(&m)
+}
+
+/// Weight rows decoded per strip.
+const STRIP: usize = 6;
+/// x rows per register tile: with [`STRIP`] weight rows, 24 accumulators, four x vectors and
+/// one weight vector, of the 32 registers. Four by six and three by eight ran alike; six by
+/// four read more x from L2 and was 2-6 % slower at 128 rows.
+const TILE: usize = 4;
+/// Elements of k per chunk (rounded down to whole blocks): the strip's chunk (24 KiB) stays in
+/// L1 while every tile passes over it. 256 and 512 were slower at 128 rows, 2048 at 8 and 32.
+const KC: usize = 1024;
+
+/// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` x rows (`[m, k]`, each starting on
+/// a cache line for speed, not for correctness) and a block-format `dtype`; false (nothing
+/// written) for a float dtype. The order per output is every `linear` path's. Callers outside
+/// this module's features call it only after detecting AVX-512F, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn gemm_strips_avx512(
+    dtype: DType,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    bytes: &[u8],
+    out: &mut ColumnsMut<'_>,
+) -> bool {
+    by_format!(dtype, B => strips::<B>(x, m, k, bytes, out), _floats => return false);
+    true
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn strips<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut ColumnsMut<'_>) {
+    let elems = 32 * B::GROUPS;
+    assert!(k.is_multiple_of(elems), "gemm rows must be whole blocks");
+    let x = &x[..m * k];
+    let row_bytes = k / elems * B::BYTES;
+    let blocks_per_chunk = (KC / elems).max(1);
+    let kc_max = blocks_per_chunk * elems;
+    let cols = out.cols();
+    let mut strip = LineAligned::zeroed(STRIP * kc_max);
+    // Each tile's accumulators between chunks of k.
+    let tiles = m.div_ceil(TILE);
+    let zero = _mm512_setzero_ps();
+    let mut held = vec![[[zero; STRIP]; TILE]; tiles];
+    let mut j = cols.start;
+    while j < cols.end {
+        let c = STRIP.min(cols.end - j);
+        let w = &bytes[j * row_bytes..(j + c) * row_bytes];
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = kc_max.min(k - k0);
+            let (b0, b1) = (k0 / elems * B::BYTES, (k0 + kc) / elems * B::BYTES);
+            let buf = strip.as_mut_slice();
+            for (row, dst) in w.chunks_exact(row_bytes).zip(buf.chunks_exact_mut(kc)) {
+                decode_row::<B>(&row[b0..b1], dst);
+            }
+            let buf = &strip.as_slice()[..c * kc];
+            let (first, last) = (k0 == 0, k0 + kc == k);
+            let mut i0 = 0;
+            while i0 < m {
+                let r = TILE.min(m - i0);
+                let xs = &x[i0 * k..(i0 + r) * k];
+                let at = (i0, j - cols.start);
+                let hold = &mut held[i0 / TILE];
+                let args = (xs, buf, (k, k0, kc), (first, last), at);
+                match r {
+                    4 => step_c::<4>(c, args, hold, out),
+                    3 => step_c::<3>(c, args, hold, out),
+                    2 => step_c::<2>(c, args, hold, out),
+                    _ => step_c::<1>(c, args, hold, out),
+                }
+                i0 += r;
+            }
+            k0 += kc;
+        }
+        j += c;
+    }
+}
+
+/// A tile's operands: x rows, the strip's chunk, `(k, k0, kc)`, `(first, last)` chunk, and
+/// where its outputs go.
+type TileArgs<'a> = (
+    &'a [f32],
+    &'a [f32],
+    (usize, usize, usize),
+    (bool, bool),
+    (usize, usize),
+);
+
+/// [`step`] for `c` weight rows.
+#[inline(always)]
+fn step_c<const R: usize>(
+    c: usize,
+    args: TileArgs<'_>,
+    hold: &mut [[__m512; STRIP]; TILE],
+    out: &mut ColumnsMut<'_>,
+) {
+    match c {
+        6 => step::<R, 6>(args, hold, out),
+        5 => step::<R, 5>(args, hold, out),
+        4 => step::<R, 4>(args, hold, out),
+        3 => step::<R, 3>(args, hold, out),
+        2 => step::<R, 2>(args, hold, out),
+        _ => step::<R, 1>(args, hold, out),
+    }
+}
+
+/// One tile over one chunk of k: its accumulators from `hold` (zero on the first chunk), the
+/// chunk's multiply-adds, then back to `hold`, and reduced into `out` after the last chunk.
+#[inline(always)]
+fn step<const R: usize, const C: usize>(
+    (xs, w, (k, k0, kc), (first, last), at): TileArgs<'_>,
+    hold: &mut [[__m512; STRIP]; TILE],
+    out: &mut ColumnsMut<'_>,
+) {
+    if first {
+        // SAFETY: a register intrinsic (the callers enable AVX-512F).
+        *hold = [[unsafe { _mm512_setzero_ps() }; STRIP]; TILE];
+    }
+    tile::<R, C>(xs, w, (k, k0, kc), hold);
+    if last {
+        put::<R, C>(out, at, hold);
+    }
+}
+
+/// One weight row's blocks decoded into `dst` (as long as their elements).
+#[inline(always)]
+fn decode_row<B: Blocks512>(row: &[u8], dst: &mut [f32]) {
+    let elems = 32 * B::GROUPS;
+    assert_eq!(row.len() / B::BYTES * elems, dst.len(), "strip row length");
+    for (blk, dst) in row.chunks_exact(B::BYTES).zip(dst.chunks_exact_mut(elems)) {
+        let shared = B::prepare(blk);
+        for (g, dst) in dst.chunks_exact_mut(32).enumerate() {
+            // SAFETY: `blk` is one whole block, and this is only inlined into `strips`, which
+            // enables AVX-512F, AVX2, FMA and F16C; `dst` holds 32 f32s (two unaligned stores).
+            unsafe {
+                let v = B::group512(blk, &shared, g);
+                _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
+                _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
+            }
+        }
+    }
+}
+
+/// `acc[r][c]` plus the sixteen lane products of `x_r · w_c` over elements `k0..k0 + kc`, for
+/// the `R` x rows `xs` (`[R, k]`) and the `C` decoded weight rows `w` (`[C, kc]`).
+#[inline(always)]
+// Index loops on purpose: closures and iterator adapters here were compiled without the
+// caller's features and called rather than inlined (measured in the register kernel this
+// replaced: a `skip` there cost a call per block and half the speed).
+#[allow(clippy::needless_range_loop)]
+fn tile<const R: usize, const C: usize>(
+    xs: &[f32],
+    w: &[f32],
+    (k, k0, kc): (usize, usize, usize),
+    acc: &mut [[__m512; STRIP]; TILE],
+) {
+    assert!(
+        R <= TILE
+            && C <= STRIP
+            && kc.is_multiple_of(LANES)
+            && k0 + kc <= k
+            && xs.len() == R * k
+            && w.len() == C * kc,
+        "tile operand lengths"
+    );
+    let (xp, wp) = (xs.as_ptr(), w.as_ptr());
+    // SAFETY: every load reads `16 t..16 t + 16` of row `c < C` of `w`, or `k0 + 16 t..` of
+    // row `r < R` of `xs`, with `16 t + 16 <= kc` and `k0 + kc <= k`: inside the asserted
+    // lengths. The callers enable AVX-512F and FMA.
+    unsafe {
+        let mut a = [[_mm512_setzero_ps(); C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                a[r][c] = acc[r][c];
+            }
+        }
+        let mut t = 0;
+        while t < kc {
+            let mut xv = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                xv[r] = _mm512_loadu_ps(xp.add(r * k + k0 + t));
+            }
+            for c in 0..C {
+                let wv = _mm512_loadu_ps(wp.add(c * kc + t));
+                for r in 0..R {
+                    a[r][c] = _mm512_fmadd_ps(xv[r], wv, a[r][c]);
+                }
+            }
+            t += LANES;
+        }
+        for r in 0..R {
+            for c in 0..C {
+                acc[r][c] = a[r][c];
+            }
+        }
+    }
+}
+
+/// Each output's lane sums reduced into `out`: x row `i0 + r` and column `c0 + c` for
+/// `acc[r][c]`, `(i0, c0) = at`.
+#[inline(always)]
+fn put<const R: usize, const C: usize>(
+    out: &mut ColumnsMut<'_>,
+    at: (usize, usize),
+    acc: &[[__m512; STRIP]; TILE],
+) {
+    let (i0, c0) = at;
+    let mut flat = [[0.0f32; LANES]; 2 * LANES];
+    let mut n = 0;
+    for row in &acc[..R] {
+        for a in &row[..C] {
+            // SAFETY: `flat[n]` holds 16 f32s (an unaligned store); `n < R * C <= 24`.
+            unsafe { _mm512_storeu_ps(flat[n].as_mut_ptr(), *a) };
+            n += 1;
+        }
+    }
+    let mut sums = [0.0f32; 2 * LANES];
+    for (s, lanes) in sums
+        .chunks_exact_mut(LANES)
+        .zip(flat.chunks_exact(LANES))
+        .take(n.div_ceil(LANES))
+    {
+        // SAFETY: the callers enable AVX-512F.
+        s.copy_from_slice(&unsafe { reduce16(lanes) });
+    }
+    for r in 0..R {
+        let row = out.row(i0 + r);
+        for c in 0..C {
+            row[c0 + c] = sums[r * C + c];
+        }
+    }
+}
+
+/// [`reduce_lanes`](crate::kernels::simd::reduce_lanes) of sixteen accumulators at once: entry
+/// `a` of the result is that of `lanes[a]`, bit for bit. The tree adds lane `i + h` into lane
+/// `i` for `h` = 8, 4, 2, 1; here each round pairs the vectors up so that one vector add does a
+/// round for two (then four, eight, sixteen) accumulators side by side.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn reduce16(lanes: &[[f32; LANES]]) -> [f32; LANES] {
+    let mut v = [_mm512_setzero_ps(); LANES];
+    for (v, l) in v.iter_mut().zip(lanes) {
+        // SAFETY: `l` holds 16 f32s.
+        *v = unsafe { _mm512_loadu_ps(l.as_ptr()) };
+    }
+    // h = 8: vector p holds accumulators 2p (lanes 0-7) and 2p + 1 (lanes 8-15).
+    let mut s1 = [_mm512_setzero_ps(); 8];
+    for p in 0..8 {
+        let (a, b) = (v[2 * p], v[2 * p + 1]);
+        let lo = _mm512_shuffle_f32x4::<0x44>(a, b);
+        let hi = _mm512_shuffle_f32x4::<0xEE>(a, b);
+        s1[p] = _mm512_add_ps(lo, hi);
+    }
+    // h = 4: vector q's 128-bit chunk c holds accumulator 4q + c.
+    let mut s2 = [_mm512_setzero_ps(); 4];
+    for q in 0..4 {
+        let (a, b) = (s1[2 * q], s1[2 * q + 1]);
+        let lo = _mm512_shuffle_f32x4::<0x88>(a, b);
+        let hi = _mm512_shuffle_f32x4::<0xDD>(a, b);
+        s2[q] = _mm512_add_ps(lo, hi);
+    }
+    // h = 2: vector r's chunk c holds accumulator 8r + c (lanes 0-1) and 8r + 4 + c (2-3).
+    let mut s3 = [_mm512_setzero_ps(); 2];
+    for r in 0..2 {
+        let (a, b) = (s2[2 * r], s2[2 * r + 1]);
+        s3[r] = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(a, b),
+            _mm512_shuffle_ps::<0xEE>(a, b),
+        );
+    }
+    // h = 1: chunk c, lane t holds accumulator 4t + c.
+    let (a, b) = (s3[0], s3[1]);
+    let s4 = _mm512_add_ps(
+        _mm512_shuffle_ps::<0x88>(a, b),
+        _mm512_shuffle_ps::<0xDD>(a, b),
+    );
+    let mut mixed = [0.0f32; LANES];
+    // SAFETY: `mixed` holds 16 f32s.
+    unsafe { _mm512_storeu_ps(mixed.as_mut_ptr(), s4) };
+    std::array::from_fn(|a| mixed[4 * (a % 4) + a / 4])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::simd;
+
+    /// Lane values whose sums round differently in each order: magnitudes spread over many
+    /// binades, so any change to the tree's pairing shows in the last bits.
+    fn lanes(seed: u32) -> [f32; LANES] {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        std::array::from_fn(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let v = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+            v * (1u32 << (s % 24)) as f32
+        })
+    }
+
+    #[test]
+    fn sixteen_trees_at_once_give_each_trees_bits() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("no AVX-512 here: the vector reduction is not run");
+            return;
+        }
+        for round in 0..200 {
+            let acc: Vec<[f32; LANES]> = (0..LANES as u32).map(|a| lanes(round * 16 + a)).collect();
+            // SAFETY: AVX-512F was detected above.
+            let got = unsafe { reduce16(&acc) };
+            for (a, lanes) in acc.iter().enumerate() {
+                assert_eq!(
+                    got[a].to_bits(),
+                    simd::reduce_lanes(lanes).to_bits(),
+                    "accumulator {a} of round {round}"
+                );
+            }
+        }
+    }
+}
