@@ -14,8 +14,9 @@
 //! 256-bit register) and AVX-512 (6 × 4, each accumulator in one 512-bit register). One x row
 //! instead streams the stored weights straight into registers (`linear/gemv.rs`), and on AVX2
 //! 24 or more rows take the panel kernel (`linear/panel.rs`), an outer product per lane. On
-//! AVX-512, 2 to 128 rows against block-format weights go through strips instead
-//! (`quant/strip.rs`: rows decoded once into L1, then a tile of vector operands).
+//! AVX-512, 2 to 128 rows (more while x is small) against block-format weights go through
+//! strips instead (`quant/strip.rs`: rows decoded once into L1, then a tile of vector
+//! operands).
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -325,7 +326,7 @@ impl Rows for F32Rows<'_> {
 fn run<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     let min_cols = min_task_cols(m, k);
-    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, w));
+    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, k, w));
     parallel::for_columns(&mut out, n, min_cols, ALIGN, per_thread(m), |mut block| {
         columns_on(cpu, &lhs, m, k, w, &mut block)
     });
@@ -379,16 +380,16 @@ impl<'a> Lhs<'a> {
 /// AMD EPYC, Zen 4, its AVX-512 tile beats the wide-register tile kernel from 32 rows up, 146
 /// against 150-188 GFLOP/s at 512 rows over several runs of a noisy host; docs/performance.md),
 /// unless block rows go through strips there ([`quant::takes_strips`]).
-fn takes_panels<S: Rows>(cpu: Cpu, m: usize, w: &S) -> bool {
+fn takes_panels<S: Rows>(cpu: Cpu, m: usize, k: usize, w: &S) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let strips =
-            cpu.isa() >= Isa::Avx512 && w.raw().is_some_and(|(_, d)| quant::takes_strips(d, m));
+            cpu.isa() >= Isa::Avx512 && w.raw().is_some_and(|(_, d)| quant::takes_strips(d, m, k));
         cpu.isa() >= Isa::Avx2Fma && m >= panel::MIN_ROWS && !strips
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (cpu, m, w);
+        let _ = (cpu, m, k, w);
         false
     }
 }
@@ -456,7 +457,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
 
 /// [`linear_argmax`] of `m` x rows by scoring every weight row.
 fn argmax_all(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, src: &WeightRows<'_>) -> Vec<u32> {
-    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, src));
+    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, k, src));
     let best = argmax_cols(cpu, &lhs, m, k, 0..n, src);
     // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
     best.into_iter().map(|b| b.index as u32).collect()
@@ -577,7 +578,7 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
             .flat_map(|&i| &x[i * k..(i + 1) * k])
             .copied()
             .collect();
-        let panels = takes_panels(cpu, rest.len(), &w);
+        let panels = takes_panels(cpu, rest.len(), k, &w);
         let lhs = Lhs::new(cpu, &xs, rest.len(), k, panels);
         let mut best = vec![Best::NONE; rest.len()];
         let n = screen.rows();
@@ -722,7 +723,7 @@ fn columns_on<S: Rows>(
         if unsafe { row_gemv(lhs.rows(), m, k, w, out) } {
             return;
         }
-        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| quant::takes_strips(*d, m)) {
+        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| quant::takes_strips(*d, m, k)) {
             if quant::gemm_strips_avx512(dtype, lhs.rows(), m, k, bytes, out) {
                 return;
             }

@@ -1,17 +1,18 @@
 //! Several x rows times block-format weights on AVX-512: a strip of weight rows decoded once
 //! into a buffer in L1, then every x row multiplied into it by a register tile.
 //!
-//! Why not the two shapes this replaced below 129 rows. A register kernel decoded a weight row
-//! again for every eight x rows and interleaved that decode with a few multiply-adds; the panel
-//! kernel decodes once, but must transpose each block into sixteen-row panels, a shuffle-bound
-//! pass that cost two thirds as much as the multiply-adds themselves at 32 x rows. Here the
-//! decode is the one-row kernel's (a weight row stays a row: no transpose) and the multiply-adds
-//! are a tile of `R` x rows by `C` weight rows whose operands are both vectors, so each
-//! accumulator holds one output's sixteen lane sums in exactly the order of every other
-//! `linear` path: element `e` into lane `e % 16`, ascending, then [`reduce_lanes`](crate::kernels::simd::reduce_lanes)' tree.
-//! The trees of sixteen outputs are taken together by [`reduce16`], which does the same
-//! additions on whole vectors. Between chunks of k (so that a strip's chunk stays in L1) a
-//! tile's accumulators wait in memory, which changes nothing in their order.
+//! Why not the two shapes this replaced (up to 128 x rows, and past them while x is small). A
+//! register kernel decoded a weight row again for every eight x rows and interleaved that
+//! decode with a few multiply-adds; the panel kernel decodes once, but must transpose each
+//! block into sixteen-row panels, a shuffle-bound pass that cost two thirds as much as the
+//! multiply-adds themselves at 32 x rows. Here the decode is the one-row kernel's (a weight row
+//! stays a row: no transpose) and the multiply-adds are a tile of `R` x rows by `C` weight rows
+//! whose operands are both vectors, so each accumulator holds one output's sixteen lane sums in
+//! exactly the order of every other `linear` path: element `e` into lane `e % 16`, ascending,
+//! then [`reduce_lanes`](crate::kernels::simd::reduce_lanes)' tree. The trees of sixteen
+//! outputs are taken together by [`reduce16`], which does the same additions on whole vectors.
+//! Between chunks of k (so that a strip's chunk stays in L1) a tile's accumulators wait in
+//! memory, which changes nothing in their order.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
@@ -25,17 +26,22 @@ use crate::kernels::dtype::DType;
 use crate::kernels::parallel::ColumnsMut;
 use crate::kernels::simd::{self, LineAligned, LANES};
 
-/// The most x rows that go through strips rather than the panel kernel. One Intel Xeon
-/// (Emerald Rapids, AVX-512, no AMX), Q5_0, in-process alternation with the kernels before
-/// (the register kernel below 24 rows, panels from 24), medians: strips took 0.61-0.92 of the
-/// time from 2 to 32 rows, 0.89-0.94 at 128, and 1.23-1.59 at 512 and 1024, where the panels'
-/// transpose is shared by enough rows and their broadcast x operand reads less than strips do.
-const MAX_ROWS: usize = 128;
+/// The x rows that always go through strips rather than the panel kernel, and the most x
+/// floats (`m · k`) past them. One Intel Xeon (Emerald Rapids, AVX-512, no AMX), in-process
+/// alternation with the kernels before (the register kernel below 24 rows, panels from 24),
+/// medians: strips took 0.61-0.95 of the time from 2 to 128 rows at every k measured (640,
+/// 1024, 2048). Above, it depends on k: at k 640 0.91-0.97 up to 384 rows and 1.12-1.32 at
+/// 512; at k 1024 0.83-0.92 at 256 rows; at k 2048 0.87-0.99 at 160-192 rows and 1.0-1.10 at
+/// 256. There the panels' transpose is shared by enough rows and their broadcast x operand
+/// reads less than strips do.
+const ALWAYS_ROWS: usize = 128;
+const MAX_X: usize = 1 << 18;
 
-/// Whether `m` x rows times block-format `dtype` go through [`gemm_strips_avx512`] on an
-/// AVX-512 machine: from two rows (one row is the streaming `gemv`) up to [`MAX_ROWS`].
-pub(crate) fn takes_strips(dtype: DType, m: usize) -> bool {
-    dtype.is_quantized() && (2..=MAX_ROWS).contains(&m)
+/// Whether `m` x rows of `k` times block-format `dtype` go through [`gemm_strips_avx512`] on an
+/// AVX-512 machine: from two rows (one row is the streaming `gemv`) up to [`ALWAYS_ROWS`], and
+/// beyond while x holds at most [`MAX_X`] floats.
+pub(crate) fn takes_strips(dtype: DType, m: usize, k: usize) -> bool {
+    dtype.is_quantized() && m >= 2 && (m <= ALWAYS_ROWS || m.saturating_mul(k) <= MAX_X)
 }
 
 /// Weight rows decoded per strip.

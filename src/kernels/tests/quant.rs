@@ -84,8 +84,9 @@ fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     for (dtype, (n, k)) in quantized_dtypes().flat_map(shapes) {
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
-        // 24 rows and up take the panel kernel (on AVX-512 above 128): 30 as tiles of 10, 33
-        // as three of 11; below, 30 and 33 leave remainders of the four-row strip tiles.
+        // 24 rows and up take the panel kernel (on AVX-512 only past 128 rows and 2^18 x
+        // floats: 130 rows at k 2048): 30 as tiles of 10, 33 as three of 11; strips leave
+        // remainders of their four-row tiles at 30, 33 and 130.
         for m in [1, 2, 3, 5, 8, 16, 30, 33, 130] {
             let x = tensor(&[m, k], &mut rng, 1.5);
             let want = bits(&linear_t(&x, &dense).expect("shapes"));
