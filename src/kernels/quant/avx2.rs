@@ -49,9 +49,11 @@ pub(crate) trait Blocks {
     /// Read the shared part of block `b` (`BYTES` long).
     fn prepare(b: &[u8]) -> Self::Shared;
     /// [`Blocks::prepare`] with F16C's f16 conversion where the format has one f16 scale: the
-    /// same value in one instruction. Faster when one x row is multiplied in (`gemv`), slower
-    /// where a weight row's decode feeds several x rows (measured on an AVX2 EPYC: Q8_0 113 ->
-    /// 77 µs for one row of `[2048, 1024]`, 100 -> 88 GFLOP/s for eight), so only `gemv` uses it.
+    /// same value in one instruction. Faster when one x row is multiplied in (`gemv`; measured
+    /// on an AVX2 EPYC: Q8_0 113 -> 77 µs for one row of `[2048, 1024]`) and in AVX-512 strips.
+    /// The AVX2 few-row kernel keeps the software conversion: there F16C measured slower (100
+    /// -> 88 GFLOP/s for eight rows), but that was before [`half_f16c`] stopped waiting on an
+    /// accumulator, which is what made strips slower with it; an AVX2 EPYC should decide.
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -97,8 +99,26 @@ fn store_block<B: Blocks>(b: &[u8], out: &mut [f32]) {
 #[target_feature(enable = "f16c")]
 #[inline]
 fn half_f16c(b: &[u8]) -> f32 {
-    let bits = i32::from(u16::from_le_bytes([b[0], b[1]]));
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+    let bits = u32::from(u16::from_le_bytes([b[0], b[1]]));
+    // `vmovd` zeroes the rest of the register. Written with intrinsics, LLVM sees that only
+    // lane 0 is used and inserts the two bytes into whatever register is at hand (`vpinsrw`),
+    // which in the `linear` loops was an accumulator: each block's scale then waited for the
+    // previous block's multiply-adds, a chain through every decode. Without it, one x row
+    // against Q5_0 and Q8_0 `[2048, 640]` took 0.86-0.94 of the time, and strips at 8 rows,
+    // which had kept the slower software conversion for this reason, 0.84-0.86 (Emerald Rapids,
+    // alternating call by call in one process).
+    let v: __m128i;
+    // SAFETY: two register instructions (`vmovd` of AVX, implied by F16C); no memory, stack
+    // or flags touched.
+    unsafe {
+        std::arch::asm!(
+            "vmovd {v}, {bits:e}",
+            bits = in(reg) bits,
+            v = lateout(xmm_reg) v,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    _mm_cvtss_f32(_mm_cvtph_ps(v))
 }
 
 /// Eight values `q` (i32 lanes) times `d`.

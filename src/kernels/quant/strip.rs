@@ -179,7 +179,8 @@ fn decode_row<B: Blocks512>(row: &[u8], dst: &mut [f32]) {
     let elems = 32 * B::GROUPS;
     assert_eq!(row.len() / B::BYTES * elems, dst.len(), "strip row length");
     for (blk, dst) in row.chunks_exact(B::BYTES).zip(dst.chunks_exact_mut(elems)) {
-        let shared = B::prepare(blk);
+        // SAFETY: only inlined into `strips`, which enables F16C.
+        let shared = unsafe { B::prepare_f16c(blk) };
         for (g, dst) in dst.chunks_exact_mut(32).enumerate() {
             // SAFETY: `blk` is one whole block, and this is only inlined into `strips`, which
             // enables AVX-512F, AVX2, FMA and F16C; `dst` holds 32 f32s (two unaligned stores).
