@@ -104,7 +104,7 @@ fn half_f16c(b: &[u8]) -> f32 {
     // lane 0 is used and inserts the two bytes into whatever register is at hand (`vpinsrw`),
     // which in the `linear` loops was an accumulator: each block's scale then waited for the
     // previous block's multiply-adds, a chain through every decode. Without it, one x row
-    // against Q5_0 and Q8_0 `[2048, 640]` took 0.86-0.94 of the time, and strips at 8 rows,
+    // against Q5_0 and Q8_0 `[2048, 640]` took 0.87-0.94 of the time, and strips at 8 rows,
     // which had kept the slower software conversion for this reason, 0.84-0.86 (Emerald Rapids,
     // alternating call by call in one process).
     let v: __m128i;
