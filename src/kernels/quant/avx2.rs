@@ -49,11 +49,12 @@ pub(crate) trait Blocks {
     /// Read the shared part of block `b` (`BYTES` long).
     fn prepare(b: &[u8]) -> Self::Shared;
     /// [`Blocks::prepare`] with F16C's f16 conversion where the format has one f16 scale: the
-    /// same value in one instruction. Faster when one x row is multiplied in (`gemv`; measured
-    /// on an AVX2 EPYC: Q8_0 113 -> 77 µs for one row of `[2048, 1024]`) and in AVX-512 strips.
-    /// The AVX2 few-row kernel keeps the software conversion: there F16C measured slower (100
-    /// -> 88 GFLOP/s for eight rows), but that was before [`half_f16c`] stopped waiting on an
-    /// accumulator, which is what made strips slower with it; an AVX2 EPYC should decide.
+    /// same value in one instruction. Faster in the AVX2 `gemv` (measured on an AVX2 EPYC: Q8_0
+    /// 113 -> 77 µs for one row of `[2048, 1024]`) and in AVX-512 strips; the AVX-512 `gemv`,
+    /// whose table lookups keep the shuffle port busy, converts in software. The AVX2 few-row
+    /// kernel keeps the software conversion too: there F16C measured slower (100 -> 88 GFLOP/s
+    /// for eight rows), but that was before [`half_f16c`] stopped waiting on an accumulator,
+    /// which is what made strips slower with it; an AVX2 EPYC should decide.
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.

@@ -302,8 +302,13 @@ fn dots<B: Blocks512, const R: usize>(
     for b in 0..blocks {
         simd::prefetch(next.wrapping_add(b * step), step);
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
-        // SAFETY: each `blk[r]` is one whole block; the callers enable F16C.
-        let shared: [B::Shared; R] = std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) });
+        // The scales in software, not F16C: its three shuffle-port instructions a row and block
+        // (move in, convert, broadcast) compete with the table lookups, and integer work does
+        // not. One x row against Q5_0 `[2048, 640]`, `[640, 2048]` and `[1024, 640]` took
+        // 0.90-0.93 of the time, Q8_0 0.98 (Emerald Rapids, 1 and 2 threads, alternating call
+        // by call in one process). Strips keep F16C: there it was level or faster (Q8_0 at 8
+        // rows 0.91-0.93 of software's time).
+        let shared: [B::Shared; R] = std::array::from_fn(|r| B::prepare(blk[r]));
         for g in 0..B::GROUPS {
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
