@@ -346,10 +346,26 @@ pub(crate) fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
 pub(crate) fn axpys<const N: usize>(y: &mut [f32], a: [f32; N], x: [&[f32]; N]) {
     let n = y.len();
     let x: [&[f32]; N] = x.map(|x| &x[..n]);
-    for (i, y) in y.iter_mut().enumerate() {
+    // Sixteen elements at a time through a local copy: written element by element over `y`,
+    // the loop was vectorised behind a runtime check that `y` and the `x`s do not overlap, and
+    // in attention a tenth of the time went to the scalar copy of the loop.
+    let mut chunks = y.chunks_exact_mut(LANES);
+    for (c, y) in (&mut chunks).enumerate() {
+        let mut v = [0.0f32; LANES];
+        v.copy_from_slice(y);
+        for (a, x) in a.iter().zip(&x) {
+            let x = &x[c * LANES..(c + 1) * LANES];
+            for l in 0..LANES {
+                v[l] = a.mul_add(x[l], v[l]);
+            }
+        }
+        y.copy_from_slice(&v);
+    }
+    let whole = n - n % LANES;
+    for (i, y) in chunks.into_remainder().iter_mut().enumerate() {
         let mut v = *y;
         for (a, x) in a.iter().zip(&x) {
-            v = a.mul_add(x[i], v);
+            v = a.mul_add(x[whole + i], v);
         }
         *y = v;
     }
