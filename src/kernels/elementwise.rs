@@ -59,6 +59,13 @@ pub(crate) fn gelu_one(x: f32) -> f32 {
 /// [`gelu_one`] of every element of `src` into `dst` (same length).
 fn gelu_slice(cpu: Cpu, src: &[f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if cpu.has_avx512() {
+        // SAFETY: only detection makes a `Cpu`, and one with AVX-512 means AVX-512F was
+        // confirmed.
+        unsafe { gelu_avx512(src, dst) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if cpu.has_avx2() {
         // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2, FMA and F16C
         // were confirmed.
@@ -99,6 +106,48 @@ fn gelu_avx2(src: &[f32], dst: &mut [f32]) {
             let half_x = _mm256_mul_ps(_mm256_set1_ps(0.5), x);
             let y = _mm256_mul_ps(half_x, _mm256_add_ps(_mm256_set1_ps(1.0), t));
             _mm256_storeu_ps(d.as_mut_ptr(), y);
+        }
+    }
+    for (o, v) in dst[whole..n].iter_mut().zip(&src[whole..n]) {
+        *o = gelu_one(*v);
+    }
+}
+
+/// [`gelu_one`] 16 elements at a time, as [`gelu_avx2`] does 8: the same f32 operations, and
+/// [`math::tanh8_avx512`] for `tanh`. Half the instructions per element of the AVX2 loop; the
+/// f64 divide in `tanh` takes as long per element at either width.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn gelu_avx512(src: &[f32], dst: &mut [f32]) {
+    use std::arch::x86_64::{
+        _mm256_castpd_ps, _mm256_castps_pd, _mm512_add_ps, _mm512_castpd_ps,
+        _mm512_castps256_ps512, _mm512_castps512_ps256, _mm512_castps_pd, _mm512_cvtps_pd,
+        _mm512_extractf64x4_pd, _mm512_insertf64x4, _mm512_loadu_ps, _mm512_mul_ps, _mm512_set1_ps,
+        _mm512_storeu_ps,
+    };
+    let n = src.len().min(dst.len());
+    let whole = n - n % 16;
+    for (s, d) in src[..whole]
+        .chunks_exact(16)
+        .zip(dst[..whole].chunks_exact_mut(16))
+    {
+        // SAFETY: `s` and `d` hold exactly 16 f32s (one unaligned load, one unaligned store);
+        // AVX-512F is enabled on this function.
+        unsafe {
+            let x = _mm512_loadu_ps(s.as_ptr());
+            let cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+            let sum = _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(GELU_KAPPA), cube));
+            let inner = _mm512_mul_ps(_mm512_set1_ps(GELU_BETA), sum);
+            let upper = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(inner)));
+            let lo = math::tanh8_avx512(_mm512_cvtps_pd(_mm512_castps512_ps256(inner)));
+            let hi = math::tanh8_avx512(_mm512_cvtps_pd(upper));
+            let t = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                _mm256_castps_pd(hi),
+            ));
+            let half_x = _mm512_mul_ps(_mm512_set1_ps(0.5), x);
+            let y = _mm512_mul_ps(half_x, _mm512_add_ps(_mm512_set1_ps(1.0), t));
+            _mm512_storeu_ps(d.as_mut_ptr(), y);
         }
     }
     for (o, v) in dst[whole..n].iter_mut().zip(&src[whole..n]) {
