@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # A fuzzing campaign anyone can rerun (docs/fuzzing.md):
 #
-#   scripts/fuzz.sh [--minutes N | --seconds N] [TARGET...]
+#   scripts/fuzz.sh [--minutes N | --seconds N | --runs N] [TARGET...]
 #
 # Builds every target in fuzz/ with the stable-toolchain recipe (libFuzzer's coverage
 # instrumentation, no nightly, no cargo-fuzz), seeds each corpus from a freshly generated demo
-# directory and the repository's own fixtures, runs each target for N minutes (default 1) on
-# one worker, and prints a table: target, executions, exec/s, coverage, crashes. Exits 1 if any
-# target crashed, leaving the input in fuzz/artifacts/<target>/.
+# directory and the repository's own fixtures, runs each target for N minutes (default 1), or
+# for N executions with --runs, on one worker, and prints a table: target, executions, exec/s,
+# seconds, coverage, crashes. Exits 1 if any target crashed, leaving the input in
+# fuzz/artifacts/<target>/. Corpora stay in fuzz/corpus/<target>/, so a later run goes on from
+# what this one found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 seconds=60
+runs_limit=
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) seconds=$(($2 * 60)); shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --runs) runs_limit="$2"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -77,7 +81,7 @@ printf '\003\002\020\000\000private-bytes' >"$seeds/sealed-choices"
 printf '\000\001\000\000\000\003\002\003\001\001\002\011\010\012\003\004\005\377\200\011\012\013' >"$seeds/engine-choices"
 report="$seeds/report"
 crashed=0
-printf '%-14s %14s %10s %8s %8s\n' target executions exec/s coverage crashes >"$report"
+printf '%-17s %14s %10s %8s %8s %8s\n' target executions exec/s seconds coverage crashes >"$report"
 for t in "${targets[@]}"; do
   corpus="fuzz/corpus/$t"
   artifacts="fuzz/artifacts/$t"
@@ -86,12 +90,15 @@ for t in "${targets[@]}"; do
     [ -f "$f" ] && cp "$f" "$seeds/in-$t/"
   done
   log="$seeds/$t.log"
+  if [ -n "$runs_limit" ]; then limit=(-runs="$runs_limit"); else limit=(-max_total_time="$seconds"); fi
+  start=$(date +%s)
   set +e
   "fuzz/target/$triple/release/$t" "$corpus" "$seeds/in-$t" \
-    -max_total_time="$seconds" -artifact_prefix="$artifacts/" -print_final_stats=1 \
+    "${limit[@]}" -artifact_prefix="$artifacts/" -print_final_stats=1 \
     >"$log" 2>&1
   rc=$?
   set -e
+  took=$(($(date +%s) - start))
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
@@ -101,8 +108,9 @@ for t in "${targets[@]}"; do
     echo "fuzz.sh: $t crashed (exit $rc); input in $artifacts/; log:" >&2
     tail -20 "$log" >&2
   fi
-  printf '%-14s %14s %10s %8s %8s\n' "$t" "${runs:-?}" "${speed:-?}" "${cov:-?}" "$crashes" >>"$report"
+  printf '%-17s %14s %10s %8s %8s %8s\n' "$t" "${runs:-?}" "${speed:-?}" "$took" "${cov:-?}" "$crashes" >>"$report"
 done
-echo "fuzz.sh: $(lscpu | sed -n 's/^Model name: *//p' | head -1), ${seconds} s per target, one worker"
+if [ -n "$runs_limit" ]; then per="$runs_limit executions"; else per="$seconds s"; fi
+echo "fuzz.sh: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $per per target, one worker"
 cat "$report"
 exit "$crashed"

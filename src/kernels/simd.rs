@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub(crate) const LANES: usize = 16;
 
 /// Bytes in a cache line: the unit of a software prefetch, and what `LineAligned` aligns to.
-const LINE: usize = 64;
+pub(crate) const LINE: usize = 64;
 
 /// `len` f32s starting on a cache-line boundary, so that no 64-byte vector load or store at a
 /// multiple of 16 floats from the start straddles two lines. The heap aligns to 16 bytes, and

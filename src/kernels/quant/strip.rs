@@ -85,6 +85,7 @@ fn strips<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut C
     let tiles = m.div_ceil(TILE);
     let zero = _mm512_setzero_ps();
     let mut held = vec![[[zero; STRIP]; TILE]; tiles];
+    let passes = tiles * k.div_ceil(kc_max);
     let mut j = cols.start;
     while j < cols.end {
         let c = STRIP.min(cols.end - j);
@@ -92,10 +93,17 @@ fn strips<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut C
         // The next strip's rows, while these are decoded and every tile passes over them: with
         // the weights out of L2 (100 copies alternated), in-process alternation, 2 threads,
         // `[8, 2048] × [640, 2048]ᵀ` took 0.76-0.88 of the time (Q8_0, Q6_K, Q4_K, Q5_0), 32
-        // rows 0.88-0.96, 128 rows 0.98-1.0; with the weights in L2, 1-2 % more. On the real
-        // 270M file (builds alternating, ABBA x 6) decode moved within the noise: batch 8
-        // 261.7 -> 264.9 tokens/s, batch 32 409 -> 398.
-        simd::prefetch(w.as_ptr().wrapping_add(w.len()), STRIP * row_bytes);
+        // rows 0.88-0.96, 128 rows 0.98-1.0; with the weights in L2, 1-2 % more. The lines are
+        // spread over the strip's tile passes, a share before each: issued all at once, they
+        // filled the line-fill buffers and the core stalled on the last of them (a twentieth of
+        // the strips' samples at 32 rows). Spread, with the weights out of cache (16 copies
+        // alternated, in-process alternation, medians of 60), 2 threads, took 0.85 of the time
+        // at 8 rows (Q5_0 `[6912, 1152]`, Q8_0 `[2048, 640]`), 0.91-0.97 at 32 rows (Q5_0,
+        // Q4_K, Q6_K), level at 128.
+        let next = w.as_ptr().wrapping_add(w.len());
+        let next_len = STRIP * row_bytes;
+        let per = next_len.div_ceil(simd::LINE).div_ceil(passes) * simd::LINE;
+        let mut pf = 0;
         let mut k0 = 0;
         while k0 < k {
             let kc = kc_max.min(k - k0);
@@ -109,6 +117,10 @@ fn strips<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut C
             let mut i0 = 0;
             while i0 < m {
                 let r = TILE.min(m - i0);
+                if pf < next_len {
+                    simd::prefetch(next.wrapping_add(pf), per.min(next_len - pf));
+                    pf += per;
+                }
                 let xs = &x[i0 * k..(i0 + r) * k];
                 let at = (i0, j - cols.start);
                 let hold = &mut held[i0 / TILE];
