@@ -85,7 +85,7 @@ fn strips<B: Blocks512>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut C
     let tiles = m.div_ceil(TILE);
     let zero = _mm512_setzero_ps();
     let mut held = vec![[[zero; STRIP]; TILE]; tiles];
-    let passes = tiles * k.div_ceil(kc_max);
+    let passes = (tiles * k.div_ceil(kc_max)).max(1);
     let mut j = cols.start;
     while j < cols.end {
         let c = STRIP.min(cols.end - j);

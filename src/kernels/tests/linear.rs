@@ -257,6 +257,19 @@ fn linear_with_empty_inner_dimension_is_zero() {
         let y = linear(&x, &w).expect("valid");
         assert_eq!(y.shape(), &[m, 3]);
         assert!(y.data().iter().all(|&v| v == 0.0));
+        // Block-format rows of no blocks: strips on AVX-512, the block kernels elsewhere.
+        let w = Weight::new(
+            DType::Q8_0,
+            vec![3, 0],
+            std::sync::Arc::new(Vec::new()),
+            0..0,
+        )
+        .expect("shape");
+        for isa in simd::available() {
+            let y = linear_on(isa, &x, &w).expect("valid");
+            assert_eq!(y.shape(), &[m, 3], "{}", isa.name());
+            assert!(y.data().iter().all(|&v| v == 0.0), "{}", isa.name());
+        }
     }
 }
 
