@@ -50,11 +50,11 @@ pub(crate) trait Blocks {
     fn prepare(b: &[u8]) -> Self::Shared;
     /// [`Blocks::prepare`] with F16C's f16 conversion where the format has one f16 scale: the
     /// same value in one instruction. Faster in the AVX2 `gemv` (measured on an AVX2 EPYC: Q8_0
-    /// 113 -> 77 µs for one row of `[2048, 1024]`) and in AVX-512 strips; the AVX-512 `gemv`,
-    /// whose table lookups keep the shuffle port busy, converts in software. The AVX2 few-row
-    /// kernel keeps the software conversion too: there F16C measured slower (100 -> 88 GFLOP/s
-    /// for eight rows), but that was before [`half_f16c`] stopped waiting on an accumulator,
-    /// which is what made strips slower with it; an AVX2 EPYC should decide.
+    /// 113 -> 77 µs for one row of `[2048, 1024]`), in AVX-512 strips, and in the AVX2 few-row
+    /// kernel since [`half_f16c`] stopped waiting on an accumulator (AVX2 code on an AMD EPYC,
+    /// Zen 4, in-process alternation: Q8_0 and Q5_0 `[2048, 640]` at 4, 8 and 16 x rows took
+    /// 0.84-1.0 of software's time, Q4_K level). The AVX-512 `gemv` converts in software on
+    /// Intel, whose shuffle port its table lookups keep busy ([`crate::kernels::simd::intel`]).
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -526,4 +526,30 @@ fn load16(b: &[u8]) -> __m128i {
     let b = &b[..16];
     // SAFETY: `b` holds exactly 16 bytes (one unaligned load).
     unsafe { _mm_loadu_si128(b.as_ptr().cast::<__m128i>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `gemv` paths pick F16C or the software conversion by CPU vendor, so both must give
+    /// every scale the same bits.
+    #[test]
+    fn f16c_scales_are_the_software_scales_for_every_bit_pattern() {
+        if !std::is_x86_feature_detected!("f16c") {
+            return;
+        }
+        let mut block = [0u8; 34];
+        for bits in 0..=u16::MAX {
+            block[..2].copy_from_slice(&bits.to_le_bytes());
+            let software = <Q8_0 as Blocks>::prepare(&block);
+            // SAFETY: F16C detected above.
+            let f16c = unsafe { <Q8_0 as Blocks>::prepare_f16c(&block) };
+            if software.is_nan() {
+                assert!(f16c.is_nan(), "bits {bits:#06x}");
+            } else {
+                assert_eq!(f16c.to_bits(), software.to_bits(), "bits {bits:#06x}");
+            }
+        }
+    }
 }

@@ -261,19 +261,20 @@ fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out
     let x = &x[..k];
     let row_bytes = k / elems * B::BYTES;
     let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
+    let f16c = !simd::intel();
     let mut chunks = out.chunks_exact_mut(ROWS);
     let mut at = 0;
     for o in &mut chunks {
         let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
         let next = rows.as_ptr().wrapping_add((at + ROWS) * row_bytes);
-        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w, next)) {
+        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w, next, f16c)) {
             *o = simd::reduce_lanes(&lanes);
         }
         at += ROWS;
     }
     for o in chunks.into_remainder() {
         let next = rows.as_ptr().wrapping_add((at + 1) * row_bytes);
-        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]], next);
+        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]], next, f16c);
         *o = simd::reduce_lanes(&lanes[0]);
         at += 1;
     }
@@ -281,12 +282,14 @@ fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out
 
 /// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`. `next` is
 /// where the `R` rows after these start (the rows are contiguous): while block `b` of each row
-/// is decoded, `R` blocks' worth of the next rows is prefetched ([`simd::prefetch`]).
+/// is decoded, `R` blocks' worth of the next rows is prefetched ([`simd::prefetch`]). `f16c`:
+/// block scales converted by F16C rather than in software (the same values).
 #[inline(always)]
 fn dots<B: Blocks512, const R: usize>(
     x: &[f32],
     w: [&[u8]; R],
     next: *const u8,
+    f16c: bool,
 ) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = x.len() / elems;
@@ -302,13 +305,18 @@ fn dots<B: Blocks512, const R: usize>(
     for b in 0..blocks {
         simd::prefetch(next.wrapping_add(b * step), step);
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
-        // The scales in software, not F16C: its three shuffle-port instructions a row and block
-        // (move in, convert, broadcast) compete with the table lookups, and integer work does
-        // not. One x row against Q5_0 `[2048, 640]`, `[640, 2048]` and `[1024, 640]` took
-        // 0.90-0.93 of the time, Q8_0 0.98 (Emerald Rapids, 1 and 2 threads, alternating call
-        // by call in one process). Strips keep F16C: there it was level or faster (Q8_0 at 8
-        // rows 0.91-0.93 of software's time).
-        let shared: [B::Shared; R] = std::array::from_fn(|r| B::prepare(blk[r]));
+        // On Intel the scales in software, not F16C: its three shuffle-port instructions a row
+        // and block (move in, convert, broadcast) compete with the table lookups, and integer
+        // work does not. One x row against Q5_0 `[2048, 640]`, `[640, 2048]` and `[1024, 640]`
+        // took 0.90-0.93 of the time, Q8_0 0.98 (Emerald Rapids, 1 and 2 threads, alternating
+        // call by call in one process). Elsewhere F16C ([`simd::intel`]: an AMD EPYC, Zen 4,
+        // took 0.68-0.88 of software's time with it). Strips take F16C everywhere.
+        let shared: [B::Shared; R] = if f16c {
+            // SAFETY: the callers enable F16C.
+            std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) })
+        } else {
+            std::array::from_fn(|r| B::prepare(blk[r]))
+        };
         for g in 0..B::GROUPS {
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.

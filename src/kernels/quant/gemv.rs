@@ -206,7 +206,8 @@ fn dots_x<B: Blocks, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; L
     let mut acc: [[__m256; 2]; R] = [[unsafe { _mm256_setzero_ps() }; 2]; R];
     for b in 0..blocks {
         let blk = &w[b * B::BYTES..][..B::BYTES];
-        let shared = B::prepare(blk);
+        // SAFETY: the callers enable F16C.
+        let shared = unsafe { B::prepare_f16c(blk) };
         for g in 0..B::GROUPS {
             // SAFETY: `blk` is one whole block.
             let v = unsafe { B::group(blk, &shared, g) };
