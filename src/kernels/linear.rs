@@ -383,8 +383,11 @@ impl<'a> Lhs<'a> {
 fn takes_panels<S: Rows>(cpu: Cpu, m: usize, k: usize, w: &S) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let strips =
-            cpu.isa() >= Isa::Avx512 && w.raw().is_some_and(|(_, d)| quant::takes_strips(d, m, k));
+        let strips = match cpu.isa() {
+            Isa::Avx512 => w.raw().is_some_and(|(_, d)| quant::takes_strips(d, m, k)),
+            Isa::Avx2Fma => w.raw().is_some_and(|(_, d)| quant::takes_strips_avx2(d, m)),
+            Isa::Portable => false,
+        };
         cpu.isa() >= Isa::Avx2Fma && m >= panel::MIN_ROWS && !strips
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -692,6 +695,11 @@ fn columns_on<S: Rows>(
         // SAFETY: this function's own features are the ones `row_gemv` needs.
         if unsafe { row_gemv(lhs.rows(), m, k, w, out) } {
             return;
+        }
+        if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| quant::takes_strips_avx2(*d, m)) {
+            if quant::gemm_strips_avx2(dtype, lhs.rows(), m, k, bytes, out) {
+                return;
+            }
         }
         // A few x rows against blocks: decoded in registers, no tile buffer.
         let few = |d: DType| d.is_quantized() && quant::takes_registers(d, m);

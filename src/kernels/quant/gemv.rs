@@ -127,7 +127,8 @@ fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R], next: *const u8) ->
 const X_ROWS: usize = 4;
 
 /// Whether `m` x rows against `dtype` go through [`gemm_blocks_avx2`] rather than the tile-buffer
-/// kernel (below the panel kernel's rows). It re-decodes each block per 4 x rows: cheap for the
+/// kernel (where neither strips nor the panel kernel take them: below 6 rows, and for a
+/// weight of floats). It re-decodes each block per 4 x rows: cheap for the
 /// 32-element formats, and for the K formats no dearer than the tile buffer up to 8 rows
 /// (one AVX2 EPYC, 2 threads, `kernel_bench` 1024 × 2048: Q8_0 51 -> 103 GFLOP/s and Q5_0 48 ->
 /// 69 at 8 rows, Q4_K 65 either way at 8 and 80 -> 65 at 16).

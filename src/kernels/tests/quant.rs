@@ -85,9 +85,10 @@ fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
         let w = quantized(dtype, n, k, &mut rng);
         let dense = decoded(&w);
         // 24 rows and up take the panel kernel (on AVX-512 only past 128 rows and 2^18 x
-        // floats: 130 rows at k 2048): 30 as tiles of 10, 33 as three of 11; strips leave
-        // remainders of their four-row tiles at 30, 33 and 130.
-        for m in [1, 2, 3, 5, 8, 16, 30, 33, 130] {
+        // floats: 130 rows at k 2048; on AVX2 past 32): 33 as three tiles of 11; AVX-512
+        // strips leave remainders of their four-row tiles at 30, 33 and 130. AVX2 strips take
+        // 6 to 32 rows in tiles of three: remainders at 8, 16 and 32.
+        for m in [1, 2, 3, 5, 6, 8, 16, 30, 32, 33, 130] {
             let x = tensor(&[m, k], &mut rng, 1.5);
             let want = bits(&linear_t(&x, &dense).expect("shapes"));
             for isa in simd::available() {
