@@ -66,7 +66,9 @@ seed_files() {
     attestation) echo "$demo/evidence.json"; ls tests/fixtures/attestation/*.bin tests/fixtures/attestation/tdx_quote ;;
     audit_log) echo "$demo/state/audit.jsonl" ;;
     engine) ls engines/*.eng ;;
-    sealed_file) ls "$demo"/*.age "$demo"/out/*.age; echo "$seeds/sealed-choices" ;;
+    sealed_file) ls "$demo"/*.age "$demo"/out/*.age ;;
+    sealed_roundtrip) echo "$seeds/sealed-choices" ;;
+    journal) echo "$seeds/journal" ;;
     engine_structured) echo "$seeds/engine-choices" ;;
   esac
 }
@@ -79,6 +81,15 @@ EOF
 # a program with helpers, bodies and regions.
 printf '\003\002\020\000\000private-bytes' >"$seeds/sealed-choices"
 printf '\000\001\000\000\000\003\002\003\001\001\002\011\010\012\003\004\005\377\200\011\012\013' >"$seeds/engine-choices"
+# A journal's shape: each record an 8-byte little-endian length, then an age file.
+le64() {
+  local n=$1 i
+  for i in 0 1 2 3 4 5 6 7; do printf "\\$(printf '%03o' $(((n >> (8 * i)) & 255)))"; done
+}
+for f in "$demo"/*.age; do
+  le64 "$(wc -c <"$f")"
+  cat "$f"
+done >"$seeds/journal"
 report="$seeds/report"
 crashed=0
 printf '%-17s %14s %10s %8s %8s %8s\n' target executions exec/s seconds coverage crashes >"$report"
