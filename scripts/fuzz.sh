@@ -4,7 +4,8 @@
 #   scripts/fuzz.sh [--minutes N | --seconds N | --runs N] [TARGET...]
 #
 # Builds every target in fuzz/ with the stable-toolchain recipe (libFuzzer's coverage
-# instrumentation, no nightly, no cargo-fuzz), seeds each corpus from a freshly generated demo
+# instrumentation, no nightly, no cargo-fuzz; scripts/fuzz-rustc.sh leaves the crates that only
+# compute, ciphers, curves and hashes, uninstrumented), seeds each corpus from a freshly generated demo
 # directory and the repository's own fixtures, runs each target for N minutes (default 1), or
 # for N executions with --runs, on one worker, and prints a table: target, executions, exec/s,
 # seconds, coverage, crashes. Exits 1 if any target crashed, leaving the input in
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --minutes) seconds=$(($2 * 60)); shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --runs) runs_limit="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -43,6 +44,7 @@ for t in "${targets[@]}"; do bins+=(--bin "$t"); done
   RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
     -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
     -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
+    RUSTC_WRAPPER="$root/scripts/fuzz-rustc.sh" \
     cargo build --locked --release --target "$triple" "${bins[@]}" >&2
 )
 
