@@ -240,6 +240,7 @@ fn detect() -> Isa {
 /// shares the shuffle port with the `gemv`'s table lookups), while an AMD EPYC (Zen 4) took
 /// 0.68-0.88 of software's time with F16C (Q8_0 and Q5_0 `[2048, 640]`, `[1024, 640]`,
 /// `[8192, 640]`; 1 and 2 threads). Both give the same value for every bit pattern.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn intel() -> bool {
     /// 0 = not detected yet, 1 = not Intel, 2 = Intel.
     static INTEL: AtomicU8 = AtomicU8::new(0);
@@ -260,11 +261,6 @@ fn vendor_is_intel() -> bool {
     // SAFETY: CPUID leaf 0 exists on every x86-64 processor and touches no memory.
     let id = unsafe { std::arch::x86_64::__cpuid(0) };
     (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn vendor_is_intel() -> bool {
-    false
 }
 
 /// Declare `$name`, a copy of the `#[inline(always)]` function `$body` compiled for each
