@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The rustc wrapper scripts/fuzz.sh builds the fuzz targets with (RUSTC_WRAPPER): crates that only
-# compute (ciphers, curves, hashes, big integers) are compiled without libFuzzer's coverage
-# instrumentation, every other crate with it.
+# The rustc wrapper scripts/fuzz.sh builds the fuzz targets with (RUSTC_WRAPPER). Three levels of
+# libFuzzer instrumentation, by crate:
 #
-# Why: the targets that seal, open or sign (sealed_file, sealed_roundtrip, journal,
-# journal_roundtrip, merge_set) spent most of each execution in instrumented X25519, Ed25519 and
-# ChaCha20-Poly1305, whose branches do not depend on the bytes being parsed, so their coverage
-# guides nothing and their counters only slow every case down. The parsers of untrusted bytes
-# among the dependencies (age's header, DER and X.509 for attestation, JSON, TOML, base64,
-# bech32) stay instrumented.
+# - our own code (the runner and the fuzz targets): everything, edge counters and compare tracing
+#   (the fuzzer learns the constants our parsers and checks compare bytes against);
+# - crates that only compute (ciphers, curves, hashes, big integers): none. Their branches do not
+#   depend on the bytes being parsed, so their coverage guided nothing and slowed every case: the
+#   targets that seal, open or sign spent most of each execution in instrumented X25519, Ed25519
+#   and ChaCha20-Poly1305;
+# - every other dependency, among them the parsers of untrusted bytes (age's header, DER and
+#   X.509, JSON, TOML, base64, bech32): edge coverage without compare tracing. New edges in them
+#   still steer the fuzzer, but tracing each of their byte comparisons (a base64 alphabet, a
+#   line's end) cost more than half of every `sealed_file` case inside age's header parser, and
+#   those parsers are fuzzed by their own projects.
 #
 # Usage (cargo calls it): fuzz-rustc.sh RUSTC ARGS...
 set -euo pipefail
@@ -19,6 +23,7 @@ uninstrumented=" aes aes_gcm blake3 chacha20 chacha20poly1305 cipher crypto_bigi
 curve25519_dalek digest ecdsa ed25519_dalek elliptic_curve fiat_crypto hkdf hmac num_bigint_dig p256 \
 p384 pbkdf2 poly1305 polyval primeorder rand_chacha ring rsa salsa20 scrypt sha2 sha3 subtle \
 universal_hash x25519_dalek zeroize "
+ours=" runner runner_fuzz "
 
 crate=
 prev=
@@ -29,16 +34,29 @@ for arg in "$@"; do
   prev="$arg"
 done
 
+# The fuzz targets' binaries take the crate name of their file (engine_structured, ...).
+case "$ours" in *" $crate "*) exec "$rustc" "$@" ;; esac
+for arg in "$@"; do
+  case "$arg" in fuzz_targets/*) exec "$rustc" "$@" ;; esac
+done
+
+args=()
 case "$uninstrumented" in
   *" $crate "*)
-    args=()
     for arg in "$@"; do
       case "$arg" in
         -Cpasses=sancov-module | -Cllvm-args=-sanitizer-coverage-*) ;;
         *) args+=("$arg") ;;
       esac
     done
-    exec "$rustc" "${args[@]}"
     ;;
-  *) exec "$rustc" "$@" ;;
+  *)
+    for arg in "$@"; do
+      case "$arg" in
+        -Cllvm-args=-sanitizer-coverage-trace-compares) ;;
+        *) args+=("$arg") ;;
+      esac
+    done
+    ;;
 esac
+exec "$rustc" "${args[@]}"

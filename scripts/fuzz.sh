@@ -5,12 +5,12 @@
 #
 # Builds every target in fuzz/ with the stable-toolchain recipe (libFuzzer's coverage
 # instrumentation, no nightly, no cargo-fuzz; scripts/fuzz-rustc.sh leaves the crates that only
-# compute, ciphers, curves and hashes, uninstrumented), seeds each corpus from a freshly generated demo
-# directory and the repository's own fixtures, runs each target for N minutes (default 1), or
-# for N executions with --runs, on one worker, and prints a table: target, executions, exec/s,
-# seconds, coverage, crashes. Exits 1 if any target crashed, leaving the input in
-# fuzz/artifacts/<target>/. Corpora stay in fuzz/corpus/<target>/, so a later run goes on from
-# what this one found.
+# compute, ciphers, curves and hashes, uninstrumented, and other dependencies without compare
+# tracing), seeds each corpus from a freshly generated demo directory and the repository's own
+# fixtures, runs each target for N minutes (default 1), or for N executions with --runs, on one
+# worker, and prints a table: target, executions, exec/s, seconds, coverage, crashes. Exits 1 if
+# any target crashed, leaving the input in fuzz/artifacts/<target>/. Corpora stay in
+# fuzz/corpus/<target>/, so a later run goes on from what this one found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,11 +39,15 @@ triple=$(rustc -vV | sed -n 's/^host: //p')
 echo "fuzz.sh: building ${#targets[@]} targets for $triple (the first build takes minutes)" >&2
 bins=()
 for t in "${targets[@]}"; do bins+=(--bin "$t"); done
+# Cargo does not see what the wrapper decides: a digest of it among the flags makes a changed
+# wrapper rebuild every crate instead of leaving the old instrumentation in place.
+wrapper_digest=$(cksum <scripts/fuzz-rustc.sh | cut -d' ' -f1)
 (
   cd fuzz
   RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
     -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
-    -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
+    -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks \
+    --cfg fuzz_rustc_$wrapper_digest" \
     RUSTC_WRAPPER="$root/scripts/fuzz-rustc.sh" \
     cargo build --locked --release --target "$triple" "${bins[@]}" >&2
 )
