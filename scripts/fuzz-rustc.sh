@@ -40,23 +40,17 @@ for arg in "$@"; do
   case "$arg" in fuzz_targets/*) exec "$rustc" "$@" ;; esac
 done
 
+strip_all=0
+case "$uninstrumented" in *" $crate "*) strip_all=1 ;; esac
 args=()
-case "$uninstrumented" in
-  *" $crate "*)
-    for arg in "$@"; do
-      case "$arg" in
-        -Cpasses=sancov-module | -Cllvm-args=-sanitizer-coverage-*) ;;
-        *) args+=("$arg") ;;
-      esac
-    done
-    ;;
-  *)
-    for arg in "$@"; do
-      case "$arg" in
-        -Cllvm-args=-sanitizer-coverage-trace-compares) ;;
-        *) args+=("$arg") ;;
-      esac
-    done
-    ;;
-esac
+for arg in "$@"; do
+  case "$arg" in
+    -Cpasses=sancov-module | -Cllvm-args=-sanitizer-coverage-*)
+      if [ "$strip_all" = 1 ] || [ "$arg" = -Cllvm-args=-sanitizer-coverage-trace-compares ]; then
+        continue
+      fi
+      ;;
+  esac
+  args+=("$arg")
+done
 exec "$rustc" "${args[@]}"
