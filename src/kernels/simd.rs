@@ -90,8 +90,9 @@ pub enum Isa {
     Portable,
     /// x86-64 with AVX2, FMA and F16C.
     Avx2Fma,
-    /// [`Isa::Avx2Fma`] plus AVX-512F: the batched `linear` micro-kernel keeps each 16-lane
-    /// accumulator in one 512-bit register; every other loop runs its AVX2 version.
+    /// [`Isa::Avx2Fma`] plus AVX-512F: the batched `linear` micro-kernel and the loops compiled
+    /// through `with_isa!` (attention among them) keep each 16-lane accumulator in one 512-bit
+    /// register; other loops run their AVX2 version.
     Avx512,
 }
 
@@ -276,6 +277,18 @@ macro_rules! with_isa {
             #[target_feature(enable = "avx2,fma,f16c")]
             fn avx2 $(<$($g: $b),*>)? ($($a: $t),*) -> $r {
                 $body($($a),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+            fn avx512 $(<$($g: $b),*>)? ($($a: $t),*) -> $r {
+                $body($($a),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if cpu.has_avx512() {
+                // SAFETY: only detection makes a `Cpu`, and an `Isa::Avx512` one means
+                // `is_x86_feature_detected!` confirmed AVX-512F besides AVX2, FMA and F16C.
+                #[allow(unsafe_code)]
+                return unsafe { avx512($($a),*) };
             }
             #[cfg(target_arch = "x86_64")]
             if cpu.has_avx2() {

@@ -360,6 +360,10 @@ fn attention_is_bit_identical_for_any_thread_count_and_instruction_set() {
         assert_eq!(one, run(2, Isa::Avx2Fma), "{kind:?} 2 threads");
         assert_eq!(one, run(3, Isa::Avx2Fma), "{kind:?} 3 threads");
         assert_eq!(one, run(2, Isa::Portable), "{kind:?} portable");
+        // AVX-512 where the CPU has it (`available` lists only what runs here).
+        for isa in crate::kernels::simd::available() {
+            assert_eq!(one, run(2, isa), "{kind:?} {isa:?}");
+        }
     }
 }
 
