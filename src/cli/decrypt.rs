@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::CliResult;
 use crate::primitives::atomic_file::{write_atomic, Overwrite};
 use crate::primitives::bounded_read::read_bounded;
-use crate::sealing::open;
+use crate::sealing::{open, OpenError};
 
 /// The largest sealed file opened.
 const MAX_SEALED_BYTES: u64 = 1 << 40;
@@ -36,7 +36,7 @@ pub struct DecryptArgs {
 #[error("{} cannot be opened: {source}", path.display())]
 struct DecryptError {
     path: PathBuf,
-    source: crate::sealing::OpenError,
+    source: OpenError,
 }
 
 impl crate::error::Diagnose for DecryptError {
@@ -44,7 +44,19 @@ impl crate::error::Diagnose for DecryptError {
         crate::error::Exit::Refused
     }
     fn hint(&self) -> Option<String> {
-        Some("pass the identity of a recipient the certificate names (`runner inspect`)".into())
+        Some(
+            match self.source {
+                OpenError::NotForUs { .. } => {
+                    "pass the identity of a recipient the certificate names (`runner inspect`)"
+                }
+                OpenError::HeaderTooLarge(_) => {
+                    "a runner seals its outputs to the certificate's few recipients: this file was \
+                 not written by one, or was altered"
+                }
+                _ => "the file was truncated or altered on its way: ask for it again",
+            }
+            .into(),
+        )
     }
 }
 

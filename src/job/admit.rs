@@ -557,6 +557,9 @@ impl Diagnose for Refusal {
                 OpenError::TooLarge(_) => {
                     "split the job: the policy's max_inputs bounds the inputs' size".into()
                 }
+                OpenError::HeaderTooLarge(_) => "encrypt to the runner's recipient and at most a \
+                    few hundred others (`runner identity` prints the runner's)"
+                    .into(),
                 _ => "the file was truncated or altered on its way; have its owner send it again"
                     .into(),
             },

@@ -302,6 +302,46 @@ fn rejects_every_sealed_input_this_runner_cannot_open() {
 }
 
 #[test]
+fn rejects_a_sealed_file_whose_header_holds_hundreds_of_recipients_too_many() {
+    let (env, runner) = sealed_env();
+    let owner = Owner::new();
+    // The real `age` writes a stanza for each of 700 recipients, the runner's last: about 70 KB
+    // of header, which the age crate parses in time quadratic in its length.
+    let mut list: Vec<String> = (0..700)
+        .map(|_| age::x25519::Identity::generate().to_public().to_string())
+        .collect();
+    list.push(runner.clone());
+    let file = owner.dir.path().join("many.txt");
+    fs::write(&file, list.join("\n") + "\n").unwrap();
+    owner.seal(
+        &["-R", file.to_str().unwrap()],
+        &env.path("inputs.jsonl.age"),
+    );
+    env.refused(
+        EXEC,
+        3,
+        &[
+            "inputs.jsonl.age cannot be opened: its header is longer than 65536 bytes",
+            "at most a few hundred others",
+        ],
+    );
+    // `runner decrypt` refuses it too, and writes nothing.
+    env.fails(
+        &[
+            "decrypt",
+            "--identity",
+            "keys/r1.age",
+            "--out",
+            "plain.jsonl",
+            "inputs.jsonl.age",
+        ],
+        3,
+        "its header is longer than 65536 bytes",
+    );
+    assert!(!env.path("plain.jsonl").exists());
+}
+
+#[test]
 fn approve_refuses_a_certificate_without_recipients_when_outputs_must_be_sealed() {
     let (env, _) = sealed_env();
     let stderr = env.approve_fails(
