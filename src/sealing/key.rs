@@ -8,8 +8,12 @@ use std::str::FromStr;
 use age::secrecy::ExposeSecret;
 use zeroize::Zeroizing;
 
-/// The runner's age identity.
-pub struct SealKey(age::x25519::Identity);
+/// The runner's age identity, with its recipient worked out once: every refusal of a file not
+/// for the runner names it, and deriving it is a scalar multiplication.
+pub struct SealKey {
+    identity: age::x25519::Identity,
+    recipient: String,
+}
 
 impl fmt::Debug for SealKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -20,17 +24,25 @@ impl fmt::Debug for SealKey {
 impl SealKey {
     /// A fresh key from the operating system's generator.
     pub fn generate() -> SealKey {
-        SealKey(age::x25519::Identity::generate())
+        SealKey::from_identity(age::x25519::Identity::generate())
+    }
+
+    fn from_identity(identity: age::x25519::Identity) -> SealKey {
+        let recipient = identity.to_public().to_string();
+        SealKey {
+            identity,
+            recipient,
+        }
     }
 
     /// The public half: what data owners encrypt inputs to (`age1...`).
     pub fn recipient(&self) -> String {
-        self.0.to_public().to_string()
+        self.recipient.clone()
     }
 
     /// The identity, for decryption.
     pub fn identity(&self) -> &age::x25519::Identity {
-        &self.0
+        &self.identity
     }
 
     /// The key file's text, as `age-keygen` writes it.
@@ -38,7 +50,7 @@ impl SealKey {
         Zeroizing::new(format!(
             "# created: {created}\n# public key: {}\n{}\n",
             self.recipient(),
-            self.0.to_string().expose_secret()
+            self.identity.to_string().expose_secret()
         ))
     }
 
@@ -54,7 +66,7 @@ impl SealKey {
         }
         let line = Zeroizing::new(line.to_owned());
         age::x25519::Identity::from_str(&line)
-            .map(SealKey)
+            .map(SealKey::from_identity)
             .map_err(|_| "the AGE-SECRET-KEY line is not a valid X25519 age identity")
     }
 }
