@@ -86,6 +86,9 @@ const SCREEN_MAX_SHARE_MANY: usize = 16;
 const SCREEN_FULL_SPAN: usize = 16384;
 /// Candidate rows copied out of the weight and scored at a time.
 const SCREEN_GATHER_ROWS: usize = 256;
+/// Bytes of the rows a batch's candidates list, copied out of the weight at a time (at least
+/// [`SCREEN_GATHER_ROWS`] rows).
+const SCREEN_UNION_BYTES: usize = 2 << 20;
 /// Candidates of one x row of several above which they are narrowed by the single-row bound
 /// (f32 x) before being scored.
 const SCREEN_REFINE_FROM: usize = 32;
@@ -550,30 +553,29 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
     let screen = weight.screen();
     let lists = screen.candidates_many(cpu.isa(), x, m);
     let limit = screen.rows() / SCREEN_MAX_SHARE_MANY;
-    let parts = parallel::map_ranges(m, 1, 1, 1, |rows| {
+    // One x row per claim: a row's candidates number from one to thousands, and narrowing a
+    // long list is most of this function's work when there are any.
+    let parts = parallel::map_ranges(m, 1, 1, m, |rows| {
         rows.map(|i| {
             let xr = &x[i * k..(i + 1) * k];
             let listed = lists[i].as_deref()?;
-            let refined;
             let rows = if listed.len() <= SCREEN_REFINE_FROM {
-                listed
+                listed.to_vec()
             } else {
                 // Narrowing a row by the f32 bound costs a fraction of scoring it exactly.
-                refined = screen.refine(cpu.isa(), xr, listed)?;
-                &refined
+                screen.refine(cpu.isa(), xr, listed)?
             };
-            if rows.len() > limit {
-                return None;
-            }
-            let mut best = Best::NONE;
-            for chunk in rows.chunks(SCREEN_GATHER_ROWS) {
-                best = best.then(best_among(cpu, xr, chunk, weight));
-            }
-            (!best.empty).then_some(best.index as u32)
+            (rows.len() <= limit).then_some(rows)
         })
         .collect::<Vec<_>>()
     });
-    let mut ids: Vec<Option<u32>> = parts.into_iter().flat_map(|(_, p)| p).collect();
+    let narrowed: Vec<Option<Vec<usize>>> = parts.into_iter().flat_map(|(_, p)| p).collect();
+    let row_bytes = weight.dtype().bytes_for(k).unwrap_or(0).max(1);
+    let span = (SCREEN_UNION_BYTES / row_bytes).max(SCREEN_GATHER_ROWS);
+    let mut ids: Vec<Option<u32>> = best_of_lists(cpu, x, k, &narrowed, weight, span)
+        .into_iter()
+        .map(|b| (!b.empty).then_some(b.index as u32))
+        .collect();
     let rest: Vec<usize> = (0..m).filter(|&i| ids[i].is_none()).collect();
     if !rest.is_empty() {
         let xs: Vec<f32> = rest
@@ -602,19 +604,129 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
     ids.into_iter().map(|id| id.unwrap_or(0)).collect()
 }
 
+/// Each x row's best among the weight rows `lists[i]` lists for it (increasing; `None` for
+/// none, and then [`Best::NONE`]). The rows of a batch's lists overlap: at the start of a
+/// generation, when the model is unsure, 128 x rows (the real 270M model, the bench's prompts)
+/// listed 194 thousand rows in all but 29 thousand different ones, and copying a row out costs a file read (see [`best_among`]), so
+/// each listed row is copied once per call, `span_rows` of them at a time, and every x row
+/// listing it scores it from there.
+fn best_of_lists(
+    cpu: Cpu,
+    x: &[f32],
+    k: usize,
+    lists: &[Option<Vec<usize>>],
+    weight: &Weight,
+    span_rows: usize,
+) -> Vec<Best> {
+    let m = lists.len();
+    let mut best = vec![Best::NONE; m];
+    let [n, _] = *weight.shape() else {
+        return best;
+    };
+    // A weight whose rows are not whole blocks has no screen, so no lists either.
+    let Some(row_bytes) = weight.dtype().bytes_for(k).filter(|&b| b > 0) else {
+        return best;
+    };
+    let union = union_of(lists, n);
+    // Where each x row's list has got to: the spans, like the lists, go in index order.
+    let mut next = vec![0usize; m];
+    for span in union.chunks(span_rows.max(1)) {
+        let copies = parallel::map_ranges(span.len(), SCREEN_GATHER_ROWS, 1, 1, |r| {
+            let mut bytes = Vec::new();
+            weight.copy_rows(&span[r], &mut bytes);
+            bytes
+        });
+        let copied = Copied {
+            parts: &copies,
+            row_bytes,
+        };
+        let last = span[span.len() - 1];
+        let mine: Vec<&[usize]> = lists
+            .iter()
+            .zip(&mut next)
+            .map(|(list, at)| {
+                let list = list.as_deref().unwrap_or(&[]);
+                let end = *at + list[*at..].partition_point(|&j| j <= last);
+                let here = &list[*at..end];
+                *at = end;
+                here
+            })
+            .collect();
+        let found = parallel::map_ranges(m, 1, 1, m, |rows| {
+            let mut bytes = Vec::new();
+            rows.map(|i| {
+                let xr = &x[i * k..(i + 1) * k];
+                let mut best = Best::NONE;
+                for chunk in mine[i].chunks(SCREEN_GATHER_ROWS) {
+                    bytes.clear();
+                    for j in chunk {
+                        // The union holds every listed row, and this span those up to `last`
+                        // that no earlier span took.
+                        let at = span.binary_search(j).expect("a listed row is in its span");
+                        bytes.extend_from_slice(copied.row(at));
+                    }
+                    best = best.then(best_in(cpu, xr, chunk, &bytes, weight.dtype()));
+                }
+                best
+            })
+            .collect::<Vec<_>>()
+        });
+        for (b, f) in best.iter_mut().zip(found.into_iter().flat_map(|(_, f)| f)) {
+            *b = b.then(f);
+        }
+    }
+    best
+}
+
+/// Every row that any of `lists` holds, in increasing order (all below `n`).
+fn union_of(lists: &[Option<Vec<usize>>], n: usize) -> Vec<usize> {
+    let mut words = vec![0u64; n.div_ceil(64)];
+    for &j in lists.iter().flatten().flatten() {
+        words[j / 64] |= 1 << (j % 64);
+    }
+    let mut rows = Vec::new();
+    for (w, &word) in words.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            rows.push(w * 64 + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
+    rows
+}
+
+/// A span of rows copied out of a weight, a share per task: `(positions in the span, bytes)`.
+struct Copied<'a> {
+    parts: &'a [(Range<usize>, Vec<u8>)],
+    row_bytes: usize,
+}
+
+impl Copied<'_> {
+    /// The bytes of the span's row at position `at`.
+    fn row(&self, at: usize) -> &[u8] {
+        let p = self.parts.partition_point(|(r, _)| r.end <= at);
+        let (range, bytes) = &self.parts[p];
+        let from = (at - range.start) * self.row_bytes;
+        &bytes[from..from + self.row_bytes]
+    }
+}
+
 /// The best of `rows` (increasing) of `weight` for one x row, each scored by the kernel every
 /// column uses. The rows are copied out first ([`Weight::copy_rows`]): read where they lie in a
 /// file mapping, each would map the file around it, and a few hundred scattered rows of the
 /// head would make much of it resident again next to its screen.
 fn best_among(cpu: Cpu, x: &[f32], rows: &[usize], weight: &Weight) -> Best {
-    let k = x.len();
-    let lhs = Lhs::new(cpu, x, 1, k, false);
     let mut bytes = Vec::new();
     weight.copy_rows(rows, &mut bytes);
-    let gathered = WeightRows {
-        bytes: &bytes,
-        dtype: weight.dtype(),
-    };
+    best_in(cpu, x, rows, &bytes, weight.dtype())
+}
+
+/// The best of `rows` (increasing) for one x row, whose stored bytes are `bytes`, one row after
+/// another in `dtype`.
+fn best_in(cpu: Cpu, x: &[f32], rows: &[usize], bytes: &[u8], dtype: DType) -> Best {
+    let k = x.len();
+    let lhs = Lhs::new(cpu, x, 1, k, false);
+    let gathered = WeightRows { bytes, dtype };
     let mut scores = vec![0.0f32; rows.len()];
     // One output per row, each the same dot product wherever the row sits in the operand.
     columns_on(
@@ -1220,6 +1332,70 @@ fn micro_avx512<const R: usize, const C: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each x row's best among its own list, whatever the lists share and however the rows
+    /// they list are cut into spans: short lists, so that a row skipped or read from the wrong
+    /// place would often have been the best.
+    #[test]
+    fn the_best_of_each_list_is_found_through_shared_copies_in_any_span() {
+        let (n, k, m) = (300, 40, 30);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        // Twenty different rows, repeated: lists often hold equal scores, and the first wins.
+        let distinct: Vec<f32> = (0..20 * k).map(|_| (next() % 9) as f32 - 4.0).collect();
+        let values: Vec<f32> = (0..n)
+            .flat_map(|j| &distinct[j % 20 * k..][..k])
+            .copied()
+            .collect();
+        let w = Weight::from_values(DType::BF16, vec![n, k], &values).expect("shape");
+        let x: Vec<f32> = (0..m * k)
+            .map(|_| (next() % 7) as f32 * 0.5 - 1.5)
+            .collect();
+        let lists: Vec<Option<Vec<usize>>> = (0..m)
+            .map(|i| {
+                (i % 7 != 3).then(|| {
+                    let mut rows: Vec<usize> =
+                        (0..next() % 6).map(|_| (next() % 300) as usize).collect();
+                    rows.sort_unstable();
+                    rows.dedup();
+                    rows
+                })
+            })
+            .collect();
+        let scores = super::super::linear(&Tensor::new(vec![m, k], x.clone()).expect("shape"), &w)
+            .expect("shapes");
+        let want: Vec<Option<usize>> = lists
+            .iter()
+            .enumerate()
+            .map(|(i, list)| {
+                let row = &scores.data()[i * n..(i + 1) * n];
+                list.as_deref()?
+                    .iter()
+                    .copied()
+                    .fold(None, |b: Option<usize>, j| match b {
+                        Some(b) if row[b] >= row[j] => Some(b),
+                        _ => Some(j),
+                    })
+            })
+            .collect();
+        for isa in simd::available() {
+            for span in [1, 2, 3, 7, 64, 1000] {
+                for threads in [1, 2, 3] {
+                    let best = parallel::with_threads(threads, || {
+                        best_of_lists(simd::limit(isa), &x, k, &lists, &w, span)
+                    });
+                    let got: Vec<Option<usize>> =
+                        best.iter().map(|b| (!b.empty).then_some(b.index)).collect();
+                    assert_eq!(got, want, "{isa:?}, spans of {span}, {threads} threads");
+                }
+            }
+        }
+    }
 
     /// The few-row kernels read x from an aligned copy when it does not start on a cache line,
     /// the panel kernel from its permuted copy: neither may change a bit.

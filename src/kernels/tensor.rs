@@ -244,9 +244,19 @@ impl Weight {
         let row = k / self.dtype.block_elems() * self.dtype.block_bytes();
         out.clear();
         out.resize(rows.len() * row, 0);
-        for (&j, dst) in rows.iter().zip(out.chunks_exact_mut(row.max(1))) {
-            assert!(j < n, "copy_rows: row {j} of {n}");
-            self.backing.copy_to(self.range.start + j * row, dst);
+        // Consecutive rows in one copy: each is a system call when the bytes are a file's.
+        let mut i = 0;
+        while i < rows.len() {
+            let first = rows[i];
+            let mut end = i + 1;
+            while end < rows.len() && rows[end] == rows[end - 1].wrapping_add(1) {
+                end += 1;
+            }
+            let last = first.checked_add(end - i - 1).filter(|&l| l < n);
+            assert!(last.is_some(), "copy_rows: rows {first}.. of {n}");
+            self.backing
+                .copy_to(self.range.start + first * row, &mut out[i * row..end * row]);
+            i = end;
         }
     }
     /// Convert elements `start..start + out.len()` (row-major) into `out`. This is how kernels
@@ -316,5 +326,46 @@ impl ScreenSource for Weight {
     }
     fn release(&self, elems: Range<usize>) {
         Weight::release(self, elems);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Bytes that record every copy asked of them, as a file would see its reads.
+    struct Recorded(Vec<u8>, Mutex<Vec<Range<usize>>>);
+
+    impl WeightBytes for Recorded {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn copy_to(&self, at: usize, out: &mut [u8]) {
+            self.1
+                .lock()
+                .expect("not poisoned")
+                .push(at..at + out.len());
+            out.copy_from_slice(&self.0[at..at + out.len()]);
+        }
+    }
+
+    #[test]
+    fn rows_are_copied_as_they_are_stored_and_consecutive_ones_in_one_read() {
+        // Eight rows of three bf16 values (six bytes) after a two-byte offset.
+        let bytes: Vec<u8> = (0..50u8).collect();
+        let backing = Arc::new(Recorded(bytes.clone(), Mutex::new(Vec::new())));
+        let w = Weight::new(DType::BF16, vec![8, 3], backing.clone(), 2..50).expect("shape");
+        let rows = [0, 1, 2, 5, 7];
+        let mut out = Vec::new();
+        w.copy_rows(&rows, &mut out);
+        let want: Vec<u8> = rows
+            .iter()
+            .flat_map(|&j| &bytes[2 + j * 6..2 + (j + 1) * 6])
+            .copied()
+            .collect();
+        assert_eq!(out, want);
+        let reads = backing.1.lock().expect("not poisoned").clone();
+        assert_eq!(reads, vec![2..20, 32..38, 44..50]);
     }
 }

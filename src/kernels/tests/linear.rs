@@ -537,3 +537,47 @@ fn linear_argmax_through_the_screen_equals_argmax_of_linear() {
         assert_eq!(portable, want, "portable");
     }
 }
+
+#[test]
+fn linear_argmax_of_a_batch_with_long_overlapping_candidate_lists_equals_argmax_of_linear() {
+    // Each x row leans towards its own family of near-duplicate weight rows, and every family
+    // shares rows with the next, so each row keeps hundreds of candidates after narrowing and
+    // the batch's lists overlap: the rows they list are copied out once, over several spans
+    // (640 bf16 values a row), and every x row scores its own from them.
+    let (n, k, m, family) = (20_000, 640, 12, 900);
+    let mut rng = Rng::new(23);
+    let mut values = rng.values(n * k, 0.05);
+    let bases: Vec<Vec<f32>> = (0..m).map(|_| rng.values(k, 1.0)).collect();
+    for (i, base) in bases.iter().enumerate() {
+        for r in 0..family {
+            // Families 600 rows apart, so each overlaps the next by 300 rows.
+            let j = 100 + i * 600 + r * 17 % family;
+            for (v, &b) in values[j * k..(j + 1) * k].iter_mut().zip(base) {
+                *v = b + rng.unit() * 0.004;
+            }
+        }
+    }
+    let w = Weight::from_values(DType::BF16, vec![n, k], &values).expect("shape");
+    let x = Tensor::new(vec![m, k], bases.concat()).expect("shape");
+    let screen = w.screen();
+    for (i, rows) in screen
+        .candidates_many(simd::isa(), x.data(), m)
+        .iter()
+        .enumerate()
+    {
+        let rows = rows.as_deref().expect("finite x");
+        let refined = screen.refine(simd::isa(), &x.data()[i * k..(i + 1) * k], rows);
+        let kept = refined.expect("finite x").len();
+        // Long lists, all scored through the batch's shared copies (below the full pass's
+        // 1/16 of the rows).
+        assert!((200..=n / 16).contains(&kept), "row {i}: {kept} candidates");
+    }
+    let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
+    for t in [1, 2, 3] {
+        let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
+        assert_eq!(got, want, "{t} threads");
+    }
+    let portable =
+        simd::with_instruction_set(Isa::Portable, || linear_argmax(&x, &w)).expect("valid");
+    assert_eq!(portable, want, "portable");
+}
