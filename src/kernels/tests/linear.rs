@@ -508,14 +508,7 @@ fn linear_argmax_of_a_batch_through_the_screen_equals_argmax_of_linear() {
         if m > 2 {
             x.data_mut()[2 * k] = f32::INFINITY;
         }
-        let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
-        for t in [1, 2, 3] {
-            let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
-            assert_eq!(got, want, "batch {m}, {t} threads");
-        }
-        let portable =
-            simd::with_instruction_set(Isa::Portable, || linear_argmax(&x, &w)).expect("valid");
-        assert_eq!(portable, want, "batch {m}, portable");
+        assert_argmax_of_linear(&x, &w, &format!("batch {m}"));
     }
 }
 
@@ -527,14 +520,7 @@ fn linear_argmax_through_the_screen_equals_argmax_of_linear() {
     let w = weight(DType::BF16, &[n, k], &mut rng, 1.0);
     for _ in 0..3 {
         let x = tensor(&[1, k], &mut rng, 2.0);
-        let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
-        for t in [1, 2, 3] {
-            let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
-            assert_eq!(got, want, "{t} threads");
-        }
-        let portable =
-            simd::with_instruction_set(Isa::Portable, || linear_argmax(&x, &w)).expect("valid");
-        assert_eq!(portable, want, "portable");
+        assert_argmax_of_linear(&x, &w, "batch 1");
     }
 }
 
@@ -572,12 +558,18 @@ fn linear_argmax_of_a_batch_with_long_overlapping_candidate_lists_equals_argmax_
         // 1/16 of the rows).
         assert!((200..=n / 16).contains(&kept), "row {i}: {kept} candidates");
     }
-    let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty");
+    assert_argmax_of_linear(&x, &w, "long lists");
+}
+
+/// `linear_argmax` of x by w gives `argmax(linear(x, w))` on 1, 2 and 3 threads and on the
+/// portable path.
+fn assert_argmax_of_linear(x: &Tensor, w: &Weight, what: &str) {
+    let want = argmax(&linear(x, w).expect("valid")).expect("non-empty");
     for t in [1, 2, 3] {
-        let got = with_threads(t, || linear_argmax(&x, &w)).expect("valid");
-        assert_eq!(got, want, "{t} threads");
+        let got = with_threads(t, || linear_argmax(x, w)).expect("valid");
+        assert_eq!(got, want, "{what}, {t} threads");
     }
     let portable =
-        simd::with_instruction_set(Isa::Portable, || linear_argmax(&x, &w)).expect("valid");
-    assert_eq!(portable, want, "portable");
+        simd::with_instruction_set(Isa::Portable, || linear_argmax(x, w)).expect("valid");
+    assert_eq!(portable, want, "{what}, portable");
 }
