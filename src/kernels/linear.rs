@@ -553,23 +553,30 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
     let screen = weight.screen();
     let lists = screen.candidates_many(cpu.isa(), x, m);
     let limit = screen.rows() / SCREEN_MAX_SHARE_MANY;
-    // One x row per claim: a row's candidates number from one to thousands, and narrowing a
-    // long list is most of this function's work when there are any.
-    let parts = parallel::map_ranges(m, 1, 1, m, |rows| {
-        rows.map(|i| {
-            let xr = &x[i * k..(i + 1) * k];
-            let listed = lists[i].as_deref()?;
-            let rows = if listed.len() <= SCREEN_REFINE_FROM {
-                listed.to_vec()
-            } else {
-                // Narrowing a row by the f32 bound costs a fraction of scoring it exactly.
-                screen.refine(cpu.isa(), xr, listed)?
-            };
-            (rows.len() <= limit).then_some(rows)
+    // Long lists narrowed by the f32 bound, which costs a fraction of scoring them exactly.
+    let long: Vec<(usize, &[usize])> = lists
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| Some((i, l.as_deref()?)))
+        .filter(|(_, l)| l.len() > SCREEN_REFINE_FROM)
+        .collect();
+    let refined = screen.refine_many(cpu.isa(), x, &long);
+    let mut narrowed: Vec<Option<Vec<usize>>> = lists
+        .iter()
+        .map(|l| {
+            l.as_ref()
+                .filter(|l| l.len() <= SCREEN_REFINE_FROM)
+                .cloned()
         })
-        .collect::<Vec<_>>()
-    });
-    let narrowed: Vec<Option<Vec<usize>>> = parts.into_iter().flat_map(|(_, p)| p).collect();
+        .collect();
+    for (&(i, _), rows) in long.iter().zip(refined) {
+        narrowed[i] = rows;
+    }
+    for rows in &mut narrowed {
+        if rows.as_ref().is_some_and(|r| r.len() > limit) {
+            *rows = None;
+        }
+    }
     let row_bytes = weight.dtype().bytes_for(k).unwrap_or(0).max(1);
     let span = (SCREEN_UNION_BYTES / row_bytes).max(SCREEN_GATHER_ROWS);
     let mut ids: Vec<Option<u32>> = best_of_lists(cpu, x, k, &narrowed, weight, span)

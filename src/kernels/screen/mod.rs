@@ -56,6 +56,11 @@ const BLOCK_ROWS: usize = 2048;
 /// Rows the batched screen scans between two raisings of an x row's floor.
 const SCAN_SPAN: usize = 256;
 
+/// Panels per task of [`Screen::refine_many`], at least, and tasks per thread: the lists'
+/// rows bunch where the model's likely tokens lie, so tasks are claimed a few at a time.
+const REFINE_MIN_PANELS: usize = 64;
+const REFINE_TASKS: usize = 8;
+
 /// Magnitude of a quantised weight.
 const QMAX: f32 = 127.0;
 
@@ -175,6 +180,13 @@ struct XRow {
     l2: f64,
     scale: f32,
     err_l2: f64,
+}
+
+/// An x row as [`Screen::refine_many`] reads it: its norms ([`Screen::x_norms`]) and its
+/// values padded with zeros to the panels' row length.
+struct FloatX {
+    norms: (f64, f64),
+    padded: Vec<f32>,
 }
 
 /// `γ` for dot products of length `k`, with room for the lane reduction's extra additions.
@@ -384,38 +396,109 @@ impl Screen {
             .collect()
     }
 
-    /// The rows among `rows` (increasing) that may hold the argmax of `x · wᵀ` over `rows`, by
-    /// [`candidates`](Self::candidates)' bound (f32 x, no rounding of its own): what narrows a
-    /// batched screen's candidates for an x row they are too many for. `None` as there.
-    pub(crate) fn refine(&self, isa: Isa, x: &[f32], rows: &[usize]) -> Option<Vec<usize>> {
+    /// For each `(i, rows)` of `lists`, the rows among `rows` (increasing) that may hold the
+    /// argmax of `x_i · wᵀ` over `rows`, by [`candidates`](Self::candidates)' bound (f32 x, no
+    /// rounding of its own), where `x_i` is row `i` of `x` (`[.., k]`): what narrows a batched
+    /// screen's candidates for x rows they are too many for. `None` as there (and for a list
+    /// past the screen's rows).
+    ///
+    /// Work goes panel by panel, each panel's centres computed for every x row listing a row in
+    /// it while the panel is in cache. A row's levels lie across all of its panel's cache lines,
+    /// so narrowing one x row at a time read a whole panel from memory per listed row; a batch's
+    /// long lists share most of their panels (at the start of a generation, when the model is
+    /// unsure, 128 x rows listing thousands of rows each).
+    pub(crate) fn refine_many(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        lists: &[(usize, &[usize])],
+    ) -> Vec<Option<Vec<usize>>> {
         let cpu = simd::limit(isa);
-        if x.len() != self.k || rows.iter().any(|&r| r >= self.rows) {
-            return None;
-        }
-        let norms = self.x_norms(x)?;
-        let xp = self.padded_x(x);
+        let (k, kp) = (self.k, panel::padded(self.k));
         let tiny = self.tiny();
-        let mut dots = [0.0f32; panel::ROWS];
-        let mut current = None;
-        let bounds: Vec<(f64, f64)> = rows
+        let xs: Vec<Option<FloatX>> = lists
             .iter()
-            .map(|&r| {
-                let p = r / panel::ROWS;
-                if current != Some(p) {
-                    panel::centres(cpu, &xp, self.panel_of(r), &mut dots);
-                    current = Some(p);
+            .map(|&(i, rows)| {
+                let xr = x.get(i.checked_mul(k)?..(i + 1).checked_mul(k)?)?;
+                if k == 0 || rows.iter().any(|&r| r >= self.rows) {
+                    return None;
                 }
-                self.interval(dots[r % panel::ROWS], norms, tiny, r)
+                let norms = self.x_norms(xr)?;
+                let mut padded = xr.to_vec();
+                padded.resize(kp, 0.0);
+                Some(FloatX { norms, padded })
             })
             .collect();
-        let floor = bounds.iter().fold(f64::NEG_INFINITY, |m, b| m.max(b.0));
-        Some(
-            rows.iter()
-                .zip(bounds)
-                .filter(|&(_, (_, high))| high >= floor)
-                .map(|(&r, _)| r)
-                .collect(),
-        )
+        let n_panels = self.rows.div_ceil(panel::ROWS);
+        // Each task a range of panels: per list, the highest lower bound among its rows there
+        // and each of those rows' upper bound, in order.
+        let parts = parallel::map_ranges(n_panels, REFINE_MIN_PANELS, 1, REFINE_TASKS, |panels| {
+            let first = panels.start * panel::ROWS;
+            let mut at: Vec<usize> = lists
+                .iter()
+                .map(|(_, rows)| rows.partition_point(|&r| r < first))
+                .collect();
+            let mut found: Vec<(f64, Vec<f64>)> = lists
+                .iter()
+                .map(|_| (f64::NEG_INFINITY, Vec::new()))
+                .collect();
+            // The lists with rows in the current panel, their x rows and those rows' count.
+            let mut touching: Vec<(usize, usize)> = Vec::new();
+            let mut xrows: Vec<&[f32]> = Vec::new();
+            let mut dots: Vec<[f32; panel::ROWS]> = Vec::new();
+            for p in panels {
+                let end_row = (p + 1) * panel::ROWS;
+                touching.clear();
+                xrows.clear();
+                for (t, &(_, rows)) in lists.iter().enumerate() {
+                    let Some(xf) = &xs[t] else { continue };
+                    // At most a panel's rows: counted, not searched for (this runs for every
+                    // list at every panel).
+                    let here = rows[at[t]..].iter().take_while(|&&r| r < end_row).count();
+                    if here > 0 {
+                        touching.push((t, here));
+                        xrows.push(&xf.padded);
+                    }
+                }
+                if touching.is_empty() {
+                    continue;
+                }
+                dots.resize(touching.len(), [0.0; panel::ROWS]);
+                let panel = self.panel_of(p * panel::ROWS);
+                panel::centres_many(cpu, &xrows, panel, &mut dots);
+                for (&(t, here), dots) in touching.iter().zip(&dots) {
+                    let (Some(xf), (_, rows)) = (&xs[t], lists[t]) else {
+                        continue;
+                    };
+                    let (floor, highs) = &mut found[t];
+                    for &r in &rows[at[t]..at[t] + here] {
+                        let (low, high) = self.interval(dots[r % panel::ROWS], xf.norms, tiny, r);
+                        *floor = floor.max(low);
+                        highs.push(high);
+                    }
+                    at[t] += here;
+                }
+            }
+            found
+        });
+        lists
+            .iter()
+            .enumerate()
+            .map(|(t, &(_, rows))| {
+                xs[t].as_ref()?;
+                let floor = parts
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |f, (_, p)| f.max(p[t].0));
+                let highs = parts.iter().flat_map(|(_, p)| &p[t].1);
+                Some(
+                    rows.iter()
+                        .zip(highs)
+                        .filter(|&(_, &high)| high >= floor)
+                        .map(|(&r, _)| r)
+                        .collect(),
+                )
+            })
+            .collect()
     }
 
     /// x padded with zeros to the panels' row length.

@@ -147,6 +147,88 @@ fn centres_avx512(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
     add_quads(&lanes, out);
 }
 
+/// [`centres`] of one panel for each of several x rows (at most [`MANY`] at a time), each
+/// `out[i]` the same sums as `centres` gives for `xs[i]`: on AVX-512 the panel's levels are
+/// widened once for all of them, which is most of the work of one.
+pub(super) fn centres_many(cpu: Cpu, xs: &[&[f32]], panel: &[u8], out: &mut [[f32; ROWS]]) {
+    assert!(xs.len() == out.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        let kp = xs.first().map_or(0, |x| x.len());
+        if cpu.has_avx512() && xs.iter().all(|x| x.len() == kp) {
+            assert!(kp.is_multiple_of(GROUP) && panel.len() >= ROWS * kp);
+            for (xs, out) in xs.chunks(MANY).zip(out.chunks_mut(MANY)) {
+                // SAFETY: only detection makes a `Cpu`, and one with AVX-512 means AVX-512F was
+                // confirmed; every x is `kp` long and the panel holds `ROWS · kp` bytes.
+                unsafe {
+                    match xs.len() {
+                        4 => centres_many_avx512::<4>(xs, panel, out),
+                        3 => centres_many_avx512::<3>(xs, panel, out),
+                        2 => centres_many_avx512::<2>(xs, panel, out),
+                        _ => centres_many_avx512::<1>(xs, panel, out),
+                    }
+                }
+            }
+            return;
+        }
+    }
+    for (x, out) in xs.iter().zip(out) {
+        centres(cpu, x, panel, out);
+    }
+}
+
+/// x rows [`centres_many`] takes together.
+pub(super) const MANY: usize = 4;
+
+/// [`centres_many`] of `R` x rows on AVX-512: [`centres_avx512`]'s loop with each widened
+/// quarter multiplied into every row's accumulator; each row's sums are in the same order.
+///
+/// # Safety
+/// The CPU has AVX-512F; `xs` holds `R` rows of one length `kp` (a multiple of [`GROUP`]), and
+/// `panel` at least `ROWS · kp` bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn centres_many_avx512<const R: usize>(
+    xs: &[&[f32]],
+    panel: &[u8],
+    out: &mut [[f32; ROWS]],
+) {
+    use std::arch::x86_64::{
+        __m128i, _mm512_broadcast_f32x4, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_fmadd_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps, _mm_loadu_ps, _mm_loadu_si128, _mm_prefetch,
+        _mm_set1_epi8, _mm_xor_si128, _MM_HINT_T0,
+    };
+    let kp = xs[0].len();
+    let mut acc = [[_mm512_setzero_ps(); GROUP]; R];
+    let flip = _mm_set1_epi8(FLIP as i8);
+    for g in 0..kp / GROUP {
+        // SAFETY: group `g` lies inside the panel and every x (the caller's bounds): four
+        // loads of sixteen bytes, and four f32s from each x.
+        unsafe {
+            let at = panel.as_ptr().add(g * GROUP_BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_BYTES).cast());
+            let w: [_; GROUP] = std::array::from_fn(|q| {
+                let raw = _mm_loadu_si128(at.add(q * 16).cast::<__m128i>());
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(raw, flip)))
+            });
+            for (acc, x) in acc.iter_mut().zip(xs) {
+                let x4 = _mm512_broadcast_f32x4(_mm_loadu_ps(x.as_ptr().add(g * GROUP)));
+                for (a, w) in acc.iter_mut().zip(w) {
+                    *a = _mm512_fmadd_ps(x4, w, *a);
+                }
+            }
+        }
+    }
+    for (acc, out) in acc.iter().zip(out.iter_mut()) {
+        let mut lanes = [0.0f32; ROWS * GROUP];
+        for (q, acc) in acc.iter().enumerate() {
+            // SAFETY: `lanes` holds four vectors of 16 f32s.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr().add(q * ROWS), *acc) };
+        }
+        add_quads(&lanes, out);
+    }
+}
+
 /// [`centres`] on AVX2: as on AVX-512, in eighths of a group (two rows' four elements).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -226,6 +308,42 @@ mod tests {
         }
         for t in k..kp {
             assert_eq!(value(&panel, kp, 3, t), 0, "padding at {t}");
+        }
+    }
+
+    #[test]
+    fn centres_of_several_x_rows_are_each_ones_centres_on_every_path() {
+        for k in [4, 67, 640] {
+            let kp = padded(k);
+            let mut panel = vec![0u8; bytes(ROWS, k)];
+            for r in 0..ROWS {
+                let row: Vec<u8> = (0..k).map(|t| ((r * 29 + t * 13) % 255) as u8).collect();
+                scatter(&mut panel, kp, r, &row);
+            }
+            // Values whose sums round: the same order of additions is what makes them equal.
+            let xs: Vec<Vec<f32>> = (0..7)
+                .map(|i| {
+                    let mut x: Vec<f32> = (0..k)
+                        .map(|t| ((t * 7 + i * 3) % 11) as f32 * 0.1 - 0.47)
+                        .collect();
+                    x.resize(kp, 0.0);
+                    x
+                })
+                .collect();
+            let refs: Vec<&[f32]> = xs.iter().map(Vec::as_slice).collect();
+            for isa in simd::available() {
+                let cpu = simd::limit(isa);
+                for n in 1..=refs.len() {
+                    let mut got = vec![[f32::NAN; ROWS]; n];
+                    centres_many(cpu, &refs[..n], &panel, &mut got);
+                    for (i, got) in got.iter().enumerate() {
+                        let mut want = [0.0f32; ROWS];
+                        centres(cpu, refs[i], &panel, &mut want);
+                        let (got, want) = (got.map(f32::to_bits), want.map(f32::to_bits));
+                        assert_eq!(got, want, "k {k}, x {i} of {n}, {}", isa.name());
+                    }
+                }
+            }
         }
     }
 

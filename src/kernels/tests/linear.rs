@@ -440,6 +440,27 @@ proptest! {
                 prop_assert!(rows.windows(2).all(|p| p[0] < p[1]), "increasing");
                 prop_assert_eq!(argmax_among(scores, rows), want, "row {} {:?}", i, isa);
             }
+            // Narrowed by the f32 bound, together: still increasing, still holding the
+            // argmax, and the declined x rows declined again (asked with every row).
+            let every: Vec<usize> = (0..n).collect();
+            let asks: Vec<(usize, &[usize])> = lists
+                .iter()
+                .enumerate()
+                .map(|(i, rows)| (i, rows.as_deref().unwrap_or(&every)))
+                .collect();
+            let narrowed = screen.refine_many(isa, x.data(), &asks);
+            prop_assert_eq!(narrowed.len(), m);
+            for (i, rows) in narrowed.iter().enumerate() {
+                let Some(rows) = rows else {
+                    prop_assert!(lists[i].is_none(), "row {} declined only here", i);
+                    continue;
+                };
+                let listed = lists[i].as_deref().expect("declined by both or neither");
+                prop_assert!(rows.iter().all(|r| listed.binary_search(r).is_ok()), "a subset");
+                prop_assert!(rows.windows(2).all(|p| p[0] < p[1]), "increasing");
+                let scores = &y.data()[i * n..(i + 1) * n];
+                prop_assert_eq!(argmax_among(scores, rows), argmax_among(scores, &every));
+            }
         }
     }
 }
@@ -546,14 +567,16 @@ fn linear_argmax_of_a_batch_with_long_overlapping_candidate_lists_equals_argmax_
     let w = Weight::from_values(DType::BF16, vec![n, k], &values).expect("shape");
     let x = Tensor::new(vec![m, k], bases.concat()).expect("shape");
     let screen = w.screen();
-    for (i, rows) in screen
-        .candidates_many(simd::isa(), x.data(), m)
+    let lists = screen.candidates_many(simd::isa(), x.data(), m);
+    let long: Vec<(usize, &[usize])> = (0..m)
+        .map(|i| (i, lists[i].as_deref().expect("finite x")))
+        .collect();
+    for (i, refined) in screen
+        .refine_many(simd::isa(), x.data(), &long)
         .iter()
         .enumerate()
     {
-        let rows = rows.as_deref().expect("finite x");
-        let refined = screen.refine(simd::isa(), &x.data()[i * k..(i + 1) * k], rows);
-        let kept = refined.expect("finite x").len();
+        let kept = refined.as_ref().expect("finite x").len();
         // Long lists, all scored through the batch's shared copies (below the full pass's
         // 1/16 of the rows).
         assert!((200..=n / 16).contains(&kept), "row {i}: {kept} candidates");
