@@ -57,7 +57,8 @@ const BLOCK_ROWS: usize = 2048;
 const SCAN_SPAN: usize = 256;
 
 /// Panels per task of [`Screen::refine_many`], at least, and tasks per thread: the lists'
-/// rows bunch where the model's likely tokens lie, so tasks are claimed a few at a time.
+/// rows need not be spread evenly over the panels, and several tasks per thread, each claimed
+/// by whichever thread is free, even out what each thread is given.
 const REFINE_MIN_PANELS: usize = 64;
 const REFINE_TASKS: usize = 8;
 
