@@ -415,7 +415,7 @@ impl Screen {
         lists: &[(usize, &[usize])],
     ) -> Vec<Option<Vec<usize>>> {
         let cpu = simd::limit(isa);
-        let (k, kp) = (self.k, panel::padded(self.k));
+        let k = self.k;
         let tiny = self.tiny();
         let xs: Vec<Option<FloatX>> = lists
             .iter()
@@ -425,8 +425,7 @@ impl Screen {
                     return None;
                 }
                 let norms = self.x_norms(xr)?;
-                let mut padded = xr.to_vec();
-                padded.resize(kp, 0.0);
+                let padded = self.padded_x(xr);
                 Some(FloatX { norms, padded })
             })
             .collect();
