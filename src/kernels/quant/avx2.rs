@@ -5,15 +5,17 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_castsi128_si256, _mm256_castsi256_si128,
-    _mm256_cmpeq_epi32, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32,
-    _mm256_cvtepu8_epi32, _mm256_extracti128_si256, _mm256_inserti128_si256, _mm256_loadu_si256,
-    _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi8, _mm256_setzero_ps, _mm256_shuffle_epi8,
-    _mm256_slli_epi16, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srl_epi16, _mm256_srli_epi16,
-    _mm256_storeu_ps, _mm256_sub_epi32, _mm256_sub_epi8, _mm256_sub_ps, _mm_cvtph_ps,
-    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64, _mm_loadu_si128, _mm_srli_epi16,
-    _mm_srli_si128,
+    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_broadcastsd_pd, _mm256_castpd_ps,
+    _mm256_castsi128_si256, _mm256_castsi256_si128, _mm256_cmpeq_epi32, _mm256_cmpeq_epi8,
+    _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_extracti128_si256,
+    _mm256_inserti128_si256, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi8,
+    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_slli_epi32,
+    _mm256_sllv_epi32, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32,
+    _mm256_sub_epi8, _mm256_sub_ps, _mm_and_si128, _mm_blend_epi32, _mm_castps_pd, _mm_cvtph_ps,
+    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64, _mm_loadu_si128, _mm_or_si128,
+    _mm_set1_epi8, _mm_setr_epi32, _mm_setr_epi8, _mm_shuffle_epi32, _mm_shuffle_epi8,
+    _mm_srli_epi16, _mm_srli_epi32, _mm_srli_si128, _mm_srlv_epi32,
 };
 
 use super::{decode_block, for_blocks, half, k_group_factors};
@@ -49,7 +51,8 @@ pub(crate) trait Blocks {
     /// Read the shared part of block `b` (`BYTES` long).
     fn prepare(b: &[u8]) -> Self::Shared;
     /// [`Blocks::prepare`] with F16C's f16 conversion where the format has one f16 scale: the
-    /// same value in one instruction. Faster in the AVX2 `gemv` (measured on an AVX2 EPYC: Q8_0
+    /// same value in one instruction; the K formats unpack and scale in vector registers, the
+    /// same values too. Faster in the AVX2 `gemv` (measured on an AVX2 EPYC: Q8_0
     /// 113 -> 77 µs for one row of `[2048, 1024]`), in AVX-512 strips, and in the AVX2 few-row
     /// kernel since [`half_f16c`] stopped waiting on an accumulator (AVX2 code on an AMD EPYC,
     /// Zen 4, in-process alternation: Q8_0 and Q5_0 `[2048, 640]` at 4, 8 and 16 x rows took
@@ -120,6 +123,56 @@ fn half_f16c(b: &[u8]) -> f32 {
         );
     }
     _mm_cvtss_f32(_mm_cvtph_ps(v))
+}
+
+/// [`k_group_factors`] in vector registers: the twelve 6-bit scale and minimum fields unpacked
+/// by masks and shifts on 32-bit lanes, put in pair order by one byte shuffle, then converted
+/// and multiplied eight at a time. The same integers and the same IEEE products, so the same
+/// bits; in software the unpacking and sixteen scalar converts and multiplies were a quarter of
+/// one x row's time against Q4_K blocks (`perf` on `kernel_bench`, AMD EPYC, Zen 5).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn k_group_factors_f16c(b: &[u8]) -> [f32; 16] {
+    // Bytes 4..16 are the fields, in 32-bit lanes: s0-3 (sc 0-3, high bits of sc 4-7),
+    // s4-7 (m 0-3, high bits of m 4-7), s8-11 (low bits of sc 4-7 and m 4-7).
+    let s = load16(&b[4..20]);
+    let x = _mm_shuffle_epi32::<0b01_00_01_00>(s);
+    let y = _mm_shuffle_epi32::<0b10_10_10_10>(s);
+    let first = _mm_and_si128(x, _mm_set1_epi8(0x3f));
+    // A 32-bit shift moves a neighbour's bits into each byte's top; the masks drop them.
+    let low_bits = _mm_and_si128(
+        _mm_srlv_epi32(y, _mm_setr_epi32(0, 0, 0, 4)),
+        _mm_set1_epi8(0x0f),
+    );
+    let high_bits = _mm_and_si128(_mm_srli_epi32::<2>(x), _mm_set1_epi8(0x30));
+    let last = _mm_or_si128(low_bits, high_bits);
+    // [sc 0-3, m 0-3, sc 4-7, m 4-7], then [sc 0, m 0, sc 1, m 1, ...].
+    let fields = _mm_blend_epi32::<0b1100>(first, last);
+    let pairs = _mm_shuffle_epi8(
+        fields,
+        _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15),
+    );
+    // (d, dmin) in every pair of lanes.
+    let d_dmin = _mm_cvtph_ps(load_u32(&b[..4]));
+    let d_dmin = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(d_dmin)));
+    let mut f = [0.0f32; 16];
+    let hi = _mm_srli_si128::<8>(pairs);
+    // SAFETY: `f` holds sixteen f32s: two unaligned 8-wide stores.
+    unsafe {
+        _mm256_storeu_ps(f.as_mut_ptr(), scaled(_mm256_cvtepu8_epi32(pairs), d_dmin));
+        _mm256_storeu_ps(
+            f.as_mut_ptr().add(8),
+            scaled(_mm256_cvtepu8_epi32(hi), d_dmin),
+        );
+    }
+    f
+}
+
+/// Bytes `b[..4]` in the low lane of a vector, the rest zero.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load_u32(b: &[u8]) -> __m128i {
+    _mm_cvtsi32_si128(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Eight values `q` (i32 lanes) times `d`.
@@ -404,17 +457,23 @@ fn widen_u8(v: __m256i) -> [__m256i; 4] {
 impl Blocks for Q4K {
     const BYTES: usize = 144;
     const GROUPS: usize = 8;
-    type Shared = [(f32, f32); 8];
+    /// [`k_group_factors`]' pairs.
+    type Shared = [f32; 16];
     #[inline(always)]
-    fn prepare(b: &[u8]) -> [(f32, f32); 8] {
+    fn prepare(b: &[u8]) -> [f32; 16] {
         k_group_factors(b)
+    }
+    #[inline(always)]
+    unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        unsafe { k_group_factors_f16c(b) }
     }
     const AFFINE: bool = true;
     #[inline(always)]
-    unsafe fn group(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m256; 4] {
+    unsafe fn group(b: &[u8], f: &[f32; 16], g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let (ds, dm) = (_mm256_set1_ps(f[g].0), _mm256_set1_ps(f[g].1));
+            let (ds, dm) = (_mm256_set1_ps(f[2 * g]), _mm256_set1_ps(f[2 * g + 1]));
             affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
         }
     }
@@ -424,25 +483,31 @@ impl Blocks for Q4K {
         unsafe { nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2)) }
     }
     #[inline(always)]
-    fn factors(f: &[(f32, f32); 8], g: usize) -> [(f32, f32); 2] {
-        [f[g]; 2]
+    fn factors(f: &[f32; 16], g: usize) -> [(f32, f32); 2] {
+        [(f[2 * g], f[2 * g + 1]); 2]
     }
 }
 
 impl Blocks for Q5K {
     const BYTES: usize = 176;
     const GROUPS: usize = 8;
-    type Shared = [(f32, f32); 8];
+    /// [`k_group_factors`]' pairs.
+    type Shared = [f32; 16];
     #[inline(always)]
-    fn prepare(b: &[u8]) -> [(f32, f32); 8] {
+    fn prepare(b: &[u8]) -> [f32; 16] {
         k_group_factors(b)
+    }
+    #[inline(always)]
+    unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        unsafe { k_group_factors_f16c(b) }
     }
     const AFFINE: bool = true;
     #[inline(always)]
-    unsafe fn group(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m256; 4] {
+    unsafe fn group(b: &[u8], f: &[f32; 16], g: usize) -> [__m256; 4] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let (ds, dm) = (_mm256_set1_ps(f[g].0), _mm256_set1_ps(f[g].1));
+            let (ds, dm) = (_mm256_set1_ps(f[2 * g]), _mm256_set1_ps(f[2 * g + 1]));
             affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
         }
     }
@@ -460,8 +525,8 @@ impl Blocks for Q5K {
         }
     }
     #[inline(always)]
-    fn factors(f: &[(f32, f32); 8], g: usize) -> [(f32, f32); 2] {
-        [f[g]; 2]
+    fn factors(f: &[f32; 16], g: usize) -> [(f32, f32); 2] {
+        [(f[2 * g], f[2 * g + 1]); 2]
     }
 }
 
@@ -474,6 +539,20 @@ impl Blocks for Q6K {
     fn prepare(b: &[u8]) -> [f32; 16] {
         let d = half(b, 208);
         std::array::from_fn(|i| d * f32::from(b[192 + i] as i8))
+    }
+    #[inline(always)]
+    unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
+        // SAFETY: the caller guarantees AVX2 and F16C; `b` is one whole block (210 bytes), so
+        // the loads of `load16` stay inside it.
+        unsafe {
+            let d = _mm256_set1_ps(half_f16c(&b[208..]));
+            let s = load16(&b[192..208]);
+            let mut ds = [0.0f32; 16];
+            _mm256_storeu_ps(ds.as_mut_ptr(), scaled(_mm256_cvtepi8_epi32(s), d));
+            let hi = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(s));
+            _mm256_storeu_ps(ds.as_mut_ptr().add(8), scaled(hi, d));
+            ds
+        }
     }
     #[inline(always)]
     unsafe fn group(b: &[u8], ds: &[f32; 16], c: usize) -> [__m256; 4] {
@@ -531,6 +610,49 @@ fn load16(b: &[u8]) -> __m128i {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bitwise equal, or both NaN (F16C quiets a signalling NaN's payload).
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    /// The K formats' scales unpacked in vector registers are the scalar ones: every f16 bit
+    /// pattern as `d` (and as `dmin`, beside it), every byte value in every scale byte.
+    #[test]
+    fn vector_k_scales_are_the_scalar_ones_for_every_scale_byte_and_f16() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        let mut q4k = [0u8; 144];
+        let mut q6k = [0u8; 210];
+        for bits in 0..=u16::MAX {
+            let other = bits.rotate_left(7) ^ 0x3c00;
+            q4k[..2].copy_from_slice(&bits.to_le_bytes());
+            q4k[2..4].copy_from_slice(&other.to_le_bytes());
+            q6k[208..].copy_from_slice(&bits.to_le_bytes());
+            // Byte i of the scales takes every value as `bits` runs through 256 of them.
+            let at = |i: usize| (bits as usize).wrapping_mul(37).wrapping_add(i * 101) as u8;
+            for i in 0..12 {
+                q4k[4 + i] = at(i);
+            }
+            for i in 0..16 {
+                q6k[192 + i] = at(i);
+            }
+            let (scalar, vector) = (<Q4K as Blocks>::prepare(&q4k), {
+                // SAFETY: AVX2 and F16C detected above.
+                unsafe { <Q4K as Blocks>::prepare_f16c(&q4k) }
+            });
+            for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
+                assert!(same(s, v), "Q4_K bits {bits:#06x} factor {i}");
+            }
+            let scalar = <Q6K as Blocks>::prepare(&q6k);
+            // SAFETY: AVX2 and F16C detected above.
+            let vector = unsafe { <Q6K as Blocks>::prepare_f16c(&q6k) };
+            for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
+                assert!(same(s, v), "Q6_K bits {bits:#06x} scale {i}");
+            }
+        }
+    }
 
     /// The `gemv` paths pick F16C or the software conversion by CPU vendor, so both must give
     /// every scale the same bits.

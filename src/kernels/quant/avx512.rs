@@ -74,6 +74,8 @@ pub(crate) trait Blocks512: Blocks {
     /// # Safety
     /// The CPU must support AVX-512F, AVX2, FMA and F16C.
     unsafe fn group512(b: &[u8], shared: &Self::Shared, g: usize) -> [__m512; 2];
+    /// Whether one x row meets [`WIDE_ROWS`] weight rows at a time in `gemv`.
+    const WIDE: bool = true;
 }
 
 /// Sixteen i32 values `q` times `d`.
@@ -184,10 +186,10 @@ fn widen<const SIGNED: bool>(q: __m256i) -> [__m512i; 2] {
 
 impl Blocks512 for Q4K {
     #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
         unsafe {
-            let (ds, dm) = (_mm512_set1_ps(f[g].0), _mm512_set1_ps(f[g].1));
+            let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
             let v = widen::<false>(Self::group_i8(b, g));
             // A multiply, then a subtract (never fused), as the scalar decoder does.
             let t = _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(0)), dm);
@@ -201,10 +203,10 @@ impl Blocks512 for Q4K {
 
 impl Blocks512 for Q5K {
     #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[(f32, f32); 8], g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
         unsafe {
-            let (ds, dm) = (_mm512_set1_ps(f[g].0), _mm512_set1_ps(f[g].1));
+            let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
             let v = widen::<false>(Self::group_i8(b, g));
             let lo = _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(0)), dm);
             let hi = _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(-16)), dm);
@@ -217,6 +219,7 @@ impl Blocks512 for Q5K {
 }
 
 impl Blocks512 for Q6K {
+    const WIDE: bool = false;
     #[inline(always)]
     unsafe fn group512(b: &[u8], ds: &[f32; 16], c: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
@@ -233,6 +236,14 @@ impl Blocks512 for Q6K {
 /// Weight rows one x row meets at a time: their accumulators are independent chains, enough
 /// to hide the multiply-add latency behind the decode.
 const ROWS: usize = 4;
+
+/// Rows at a time where the format's decode leaves the registers for it, outside Intel: a
+/// block's x vectors, loop and prefetch then serve eight rows. One x row against `[2048, 640]`,
+/// `[1024, 640]` and `[256, 640]` took 0.90-0.95 of the time in Q8_0, Q4_0, Q5_0 and Q4_K,
+/// and Q5_K was level; Q6_K, whose decode holds more registers, took 1.15 and keeps [`ROWS`]
+/// (AMD EPYC, Zen 5, 2 threads, `kernel_bench`, builds alternating). Intel's cores, which
+/// convert the scales in software, were not measured with it.
+const WIDE_ROWS: usize = 8;
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
 /// for a float dtype. Callers outside this module's features call it only after detecting
@@ -262,22 +273,34 @@ fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out
     let row_bytes = k / elems * B::BYTES;
     let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
     let f16c = !simd::intel();
-    let mut chunks = out.chunks_exact_mut(ROWS);
     let mut at = 0;
-    for o in &mut chunks {
-        let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
-        let next = rows.as_ptr().wrapping_add((at + ROWS) * row_bytes);
-        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w, next, f16c)) {
+    if f16c && B::WIDE {
+        at = rows_by::<B, WIDE_ROWS>(x, rows, row_bytes, at, out, f16c);
+    }
+    at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out, f16c);
+    rows_by::<B, 1>(x, rows, row_bytes, at, out, f16c);
+}
+
+/// Rows `at..` of `rows` (each `row_bytes` long) into `out[at..]`, `R` at a time while `R` are
+/// left; returns the first row not done.
+#[inline(always)]
+fn rows_by<B: Blocks512, const R: usize>(
+    x: &[f32],
+    rows: &[u8],
+    row_bytes: usize,
+    mut at: usize,
+    out: &mut [f32],
+    f16c: bool,
+) -> usize {
+    for o in out[at..].chunks_exact_mut(R) {
+        let w: [&[u8]; R] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
+        let next = rows.as_ptr().wrapping_add((at + R) * row_bytes);
+        for (o, lanes) in o.iter_mut().zip(dots::<B, R>(x, w, next, f16c)) {
             *o = simd::reduce_lanes(&lanes);
         }
-        at += ROWS;
+        at += R;
     }
-    for o in chunks.into_remainder() {
-        let next = rows.as_ptr().wrapping_add((at + 1) * row_bytes);
-        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]], next, f16c);
-        *o = simd::reduce_lanes(&lanes[0]);
-        at += 1;
-    }
+    at
 }
 
 /// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`. `next` is
