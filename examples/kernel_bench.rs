@@ -169,7 +169,8 @@ fn main() {
             bench_linear(kernels::isa(), m, k, n, dtype);
         }
     }
-    if !quick {
+    // The portable path for scale, only in the default run: it takes seconds.
+    if !quick && custom.is_empty() && only.is_none() {
         bench_linear(Isa::Portable, 32, 640, 2048, DType::BF16);
     }
 }
