@@ -23,6 +23,8 @@
 //!   16 elements), `d` last; `x = (d * sc) * (q - 32)`.
 #![allow(unsafe_code)]
 
+use std::sync::OnceLock;
+
 use super::dtype::DType;
 use super::simd::{f16_to_f32, Cpu, Isa};
 
@@ -150,6 +152,25 @@ pub(crate) fn decode_block(dtype: DType, b: &[u8], out: &mut [f32]) {
         DType::Q5_K => q5_k(b, out),
         DType::Q6_K => q6_k(b, out),
     }
+}
+
+/// Every f16 bit pattern's f32 value, by bits: [`f16_to_f32`] as one load.
+pub(crate) type Halves = [f32; 1 << 16];
+
+/// The table of [`Halves`], built on first use (256 KiB; a weight's scales touch few of its
+/// lines).
+pub(crate) fn halves() -> &'static Halves {
+    static TABLE: OnceLock<Box<Halves>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t: Box<Halves> = vec![0.0f32; 1 << 16]
+            .into_boxed_slice()
+            .try_into()
+            .expect("65536 values");
+        for (bits, v) in (0..=u16::MAX).zip(t.iter_mut()) {
+            *v = f16_to_f32(bits);
+        }
+        t
+    })
 }
 
 fn half(b: &[u8], at: usize) -> f32 {

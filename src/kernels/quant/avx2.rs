@@ -18,7 +18,7 @@ use std::arch::x86_64::{
     _mm_srli_epi16, _mm_srli_epi32, _mm_srli_si128, _mm_srlv_epi32,
 };
 
-use super::{decode_block, for_blocks, half, k_group_factors};
+use super::{decode_block, for_blocks, half, k_group_factors, Halves};
 use crate::kernels::dtype::DType;
 
 /// [`super::read`] with the block formats decoded eight values at a time. Callers outside this
@@ -64,6 +64,17 @@ pub(crate) trait Blocks {
     #[inline(always)]
     unsafe fn prepare_f16c(b: &[u8]) -> Self::Shared {
         Self::prepare(b)
+    }
+    /// [`Blocks::prepare`] with a format's one f16 scale read from the table [`Halves`]: the
+    /// same value in one load, where F16C takes a move in and a convert. The formats with more
+    /// scales take [`Blocks::prepare_f16c`].
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[inline(always)]
+    unsafe fn prepare_table(b: &[u8], _halves: &Halves) -> Self::Shared {
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        unsafe { Self::prepare_f16c(b) }
     }
     /// Elements `32 g .. 32 g + 32` of block `b`.
     ///
@@ -248,6 +259,10 @@ macro_rules! one_f16_scale {
         unsafe fn prepare_f16c(b: &[u8]) -> f32 {
             // SAFETY: the caller guarantees F16C.
             unsafe { half_f16c(b) }
+        }
+        #[inline(always)]
+        unsafe fn prepare_table(b: &[u8], halves: &Halves) -> f32 {
+            halves[usize::from(u16::from_le_bytes([b[0], b[1]]))]
         }
     };
 }
@@ -654,24 +669,27 @@ mod tests {
         }
     }
 
-    /// The `gemv` paths pick F16C or the software conversion by CPU vendor, so both must give
-    /// every scale the same bits.
+    /// The `gemv` paths pick the table, F16C or the software conversion by CPU vendor and
+    /// format, so all must give every scale the same bits.
     #[test]
-    fn f16c_scales_are_the_software_scales_for_every_bit_pattern() {
-        if !std::is_x86_feature_detected!("f16c") {
+    fn table_and_f16c_scales_are_the_software_scales_for_every_bit_pattern() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {
             return;
         }
         let mut block = [0u8; 34];
         for bits in 0..=u16::MAX {
             block[..2].copy_from_slice(&bits.to_le_bytes());
             let software = <Q8_0 as Blocks>::prepare(&block);
-            // SAFETY: F16C detected above.
+            // SAFETY: AVX2 and F16C detected above.
             let f16c = unsafe { <Q8_0 as Blocks>::prepare_f16c(&block) };
-            if software.is_nan() {
-                assert!(f16c.is_nan(), "bits {bits:#06x}");
-            } else {
-                assert_eq!(f16c.to_bits(), software.to_bits(), "bits {bits:#06x}");
-            }
+            assert!(same(f16c, software), "bits {bits:#06x}");
+            // SAFETY: as above (the table is read the same way on every CPU).
+            let table = unsafe { <Q8_0 as Blocks>::prepare_table(&block, super::super::halves()) };
+            assert_eq!(
+                table.to_bits(),
+                software.to_bits(),
+                "table, bits {bits:#06x}"
+            );
         }
     }
 }

@@ -33,7 +33,7 @@ use std::arch::x86_64::{
 use std::ops::Range;
 
 use super::avx2::{by_format, Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
-use super::{decode_block, for_blocks};
+use super::{decode_block, for_blocks, halves, Halves};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
 
@@ -272,13 +272,17 @@ fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out
     let x = &x[..k];
     let row_bytes = k / elems * B::BYTES;
     let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
-    let f16c = !simd::intel();
+    // Outside Intel, one f16 scale a block is read from a table ([`Blocks::prepare_table`]):
+    // one x row against `[2048, 640]` took 0.88 of F16C's time in Q5_0, 0.91 in Q8_0 and 0.81
+    // in Q4_0 (AMD EPYC, Zen 5, 2 threads, builds alternating). Intel's cores were not measured
+    // with it.
+    let halves = (!simd::intel()).then(halves);
     let mut at = 0;
-    if f16c && B::WIDE {
-        at = rows_by::<B, WIDE_ROWS>(x, rows, row_bytes, at, out, f16c);
+    if halves.is_some() && B::WIDE {
+        at = rows_by::<B, WIDE_ROWS>(x, rows, row_bytes, at, out, halves);
     }
-    at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out, f16c);
-    rows_by::<B, 1>(x, rows, row_bytes, at, out, f16c);
+    at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out, halves);
+    rows_by::<B, 1>(x, rows, row_bytes, at, out, halves);
 }
 
 /// Rows `at..` of `rows` (each `row_bytes` long) into `out[at..]`, `R` at a time while `R` are
@@ -290,12 +294,12 @@ fn rows_by<B: Blocks512, const R: usize>(
     row_bytes: usize,
     mut at: usize,
     out: &mut [f32],
-    f16c: bool,
+    halves: Option<&Halves>,
 ) -> usize {
     for o in out[at..].chunks_exact_mut(R) {
         let w: [&[u8]; R] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
         let next = rows.as_ptr().wrapping_add((at + R) * row_bytes);
-        for (o, lanes) in o.iter_mut().zip(dots::<B, R>(x, w, next, f16c)) {
+        for (o, lanes) in o.iter_mut().zip(dots::<B, R>(x, w, next, halves)) {
             *o = simd::reduce_lanes(&lanes);
         }
         at += R;
@@ -305,14 +309,15 @@ fn rows_by<B: Blocks512, const R: usize>(
 
 /// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`. `next` is
 /// where the `R` rows after these start (the rows are contiguous): while block `b` of each row
-/// is decoded, `R` blocks' worth of the next rows is prefetched ([`simd::prefetch`]). `f16c`:
-/// block scales converted by F16C rather than in software (the same values).
+/// is decoded, `R` blocks' worth of the next rows is prefetched ([`simd::prefetch`]).
+/// `halves`: block scales read from the table or by F16C rather than converted in software
+/// (the same values).
 #[inline(always)]
 fn dots<B: Blocks512, const R: usize>(
     x: &[f32],
     w: [&[u8]; R],
     next: *const u8,
-    f16c: bool,
+    halves: Option<&Halves>,
 ) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = x.len() / elems;
@@ -332,11 +337,11 @@ fn dots<B: Blocks512, const R: usize>(
         // and block (move in, convert, broadcast) compete with the table lookups, and integer
         // work does not. One x row against Q5_0 `[2048, 640]`, `[640, 2048]` and `[1024, 640]`
         // took 0.90-0.93 of the time, Q8_0 0.98 (Emerald Rapids, 1 and 2 threads, alternating
-        // call by call in one process). Elsewhere F16C ([`simd::intel`]: an AMD EPYC, Zen 4,
-        // took 0.68-0.88 of software's time with it). Strips take F16C everywhere.
-        let shared: [B::Shared; R] = if f16c {
-            // SAFETY: the callers enable F16C.
-            std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) })
+        // call by call in one process). Elsewhere the table or F16C ([`simd::intel`]: an AMD
+        // EPYC, Zen 4, took 0.68-0.88 of software's time with F16C). Strips take F16C everywhere.
+        let shared: [B::Shared; R] = if let Some(halves) = halves {
+            // SAFETY: the callers enable AVX2, FMA and F16C.
+            std::array::from_fn(|r| unsafe { B::prepare_table(blk[r], halves) })
         } else {
             std::array::from_fn(|r| B::prepare(blk[r]))
         };
