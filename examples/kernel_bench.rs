@@ -7,8 +7,9 @@ use std::time::Instant;
 use runner::kernels::{self, DType, Isa, Tensor, Weight};
 
 /// The `runner` binary's allocator and heap tuning, so that a call here allocates as it does
-/// there: on glibc's defaults, outputs past its mmap threshold faulted their pages in inside the
-/// timed call, and two threads on `[8, 640] × [8192, 640]ᵀ` seemed to scale 1.43×.
+/// there. On glibc's defaults two threads on Q5_0 `[8, 640] × [2048, 640]ᵀ` seemed to scale
+/// 1.43× (a freed output's pages, most likely, went back and were faulted in again inside the
+/// timed call); with these, 1.9×.
 #[global_allocator]
 static ALLOCATOR: runner::memory::heap::Allocator = runner::memory::heap::Allocator::new();
 
