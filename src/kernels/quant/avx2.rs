@@ -469,63 +469,52 @@ fn widen_u8(v: __m256i) -> [__m256i; 4] {
     ]
 }
 
+/// What Q4_K and Q5_K share: [`k_group_factors`]' pairs (scalar, or unpacked in vector
+/// registers), each group's values `ds * q - dm` from its `group_i8`.
+macro_rules! k_group_scales {
+    () => {
+        /// [`k_group_factors`]' pairs.
+        type Shared = [f32; 16];
+        #[inline(always)]
+        fn prepare(b: &[u8]) -> [f32; 16] {
+            k_group_factors(b)
+        }
+        #[inline(always)]
+        unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
+            // SAFETY: the caller guarantees AVX2 and F16C.
+            unsafe { k_group_factors_f16c(b) }
+        }
+        const AFFINE: bool = true;
+        #[inline(always)]
+        unsafe fn group(b: &[u8], f: &[f32; 16], g: usize) -> [__m256; 4] {
+            // SAFETY: the caller guarantees AVX2.
+            unsafe {
+                let (ds, dm) = (_mm256_set1_ps(f[2 * g]), _mm256_set1_ps(f[2 * g + 1]));
+                affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
+            }
+        }
+        #[inline(always)]
+        fn factors(f: &[f32; 16], g: usize) -> [(f32, f32); 2] {
+            [(f[2 * g], f[2 * g + 1]); 2]
+        }
+    };
+}
+
 impl Blocks for Q4K {
     const BYTES: usize = 144;
     const GROUPS: usize = 8;
-    /// [`k_group_factors`]' pairs.
-    type Shared = [f32; 16];
-    #[inline(always)]
-    fn prepare(b: &[u8]) -> [f32; 16] {
-        k_group_factors(b)
-    }
-    #[inline(always)]
-    unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
-        // SAFETY: the caller guarantees AVX2 and F16C.
-        unsafe { k_group_factors_f16c(b) }
-    }
-    const AFFINE: bool = true;
-    #[inline(always)]
-    unsafe fn group(b: &[u8], f: &[f32; 16], g: usize) -> [__m256; 4] {
-        // SAFETY: the caller guarantees AVX2.
-        unsafe {
-            let (ds, dm) = (_mm256_set1_ps(f[2 * g]), _mm256_set1_ps(f[2 * g + 1]));
-            affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
-        }
-    }
+    k_group_scales!();
     #[inline(always)]
     unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
         // SAFETY: the caller guarantees AVX2.
         unsafe { nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2)) }
-    }
-    #[inline(always)]
-    fn factors(f: &[f32; 16], g: usize) -> [(f32, f32); 2] {
-        [(f[2 * g], f[2 * g + 1]); 2]
     }
 }
 
 impl Blocks for Q5K {
     const BYTES: usize = 176;
     const GROUPS: usize = 8;
-    /// [`k_group_factors`]' pairs.
-    type Shared = [f32; 16];
-    #[inline(always)]
-    fn prepare(b: &[u8]) -> [f32; 16] {
-        k_group_factors(b)
-    }
-    #[inline(always)]
-    unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
-        // SAFETY: the caller guarantees AVX2 and F16C.
-        unsafe { k_group_factors_f16c(b) }
-    }
-    const AFFINE: bool = true;
-    #[inline(always)]
-    unsafe fn group(b: &[u8], f: &[f32; 16], g: usize) -> [__m256; 4] {
-        // SAFETY: the caller guarantees AVX2.
-        unsafe {
-            let (ds, dm) = (_mm256_set1_ps(f[2 * g]), _mm256_set1_ps(f[2 * g + 1]));
-            affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
-        }
-    }
+    k_group_scales!();
     #[inline(always)]
     unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
         // SAFETY: the caller guarantees AVX2.
@@ -538,10 +527,6 @@ impl Blocks for Q5K {
             );
             _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit))
         }
-    }
-    #[inline(always)]
-    fn factors(f: &[f32; 16], g: usize) -> [(f32, f32); 2] {
-        [(f[2 * g], f[2 * g + 1]); 2]
     }
 }
 
