@@ -186,16 +186,28 @@ fn push_zeros(out: &mut String, count: usize) {
     out.extend(std::iter::repeat_n('0', count));
 }
 
+/// The bytes RFC 8785 escapes in a string: control characters, quote and backslash. A table
+/// rather than three comparisons per byte: the fuzz build traces every integer comparison in
+/// our code, and with them the scan was 18 % of a `merge_set` execution (8 % with the table).
+const ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
     // Most strings (digests, base64 payloads, names) need no escape: they are copied a run at a
     // time rather than a char at a time. Every byte that needs one is ASCII, so the cuts fall on
     // char boundaries.
     let mut rest = s;
-    while let Some(at) = rest
-        .bytes()
-        .position(|b| b < 0x20 || b == b'"' || b == b'\\')
-    {
+    while let Some(at) = rest.bytes().position(|b| ESCAPED[usize::from(b)]) {
         out.push_str(&rest[..at]);
         match rest.as_bytes()[at] {
             b'"' => out.push_str("\\\""),
