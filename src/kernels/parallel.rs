@@ -168,10 +168,29 @@ where
         .collect()
 }
 
+/// Run `f` once on each of `parts` in parallel, each part claimed by whichever thread is free.
+pub(crate) fn for_each_part<T, F>(parts: Vec<T>, f: F)
+where
+    T: Send,
+    F: Fn(T) + Sync,
+{
+    if parts.len() <= 1 {
+        parts.into_iter().for_each(f);
+        return;
+    }
+    let slots: Vec<Mutex<Option<T>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    run_claimed(slots.len(), &|i| {
+        let part = slots[i].lock().ok().and_then(|mut p| p.take());
+        if let Some(p) = part {
+            f(p);
+        }
+    });
+}
+
 /// How many chunks to cut `items` into: `per_thread` per thread (so one on one thread), at
 /// least one, and none smaller than `min_items` (the caller's estimate of what pays for a
 /// thread's share).
-fn chunk_count(items: usize, min_items: usize, per_thread: usize) -> usize {
+pub(crate) fn chunk_count(items: usize, min_items: usize, per_thread: usize) -> usize {
     let t = threads();
     if t <= 1 {
         return 1;

@@ -31,8 +31,9 @@ use std::arch::x86_64::{
 };
 
 use super::{ColumnsMut, Rows};
+use crate::kernels::parallel;
 use crate::kernels::quant;
-use crate::kernels::simd::{LineAligned, LANES};
+use crate::kernels::simd::{self, LineAligned, LANES};
 
 /// Weight rows (output columns) per packed panel: two 8-wide vectors.
 pub(super) const PANEL: usize = 16;
@@ -62,6 +63,9 @@ pub(super) const MIN_ROWS: usize = 24;
 const BLOCK_BYTES: usize = 512 << 10;
 /// Bytes of x up to which one panel at a time is packed (see [`panels_per_block`]).
 const X_L2_BYTES: usize = 1 << 20;
+/// The longest inner dimension at which a prefill's blocks take their panels in pairs
+/// (outside Intel; see [`tile2_avx512`]).
+const PAIRED_BLOCK_K: usize = 1024;
 
 /// Where each lane's subsequence of the inner dimension lies once permuted: lane `l` holds
 /// elements `l, l + 16, ...`, stored contiguously from [`Segments::start`].
@@ -117,21 +121,48 @@ pub(super) fn permute_rows(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     if k == 0 {
         return out;
     }
-    for (i0, g) in runs(m, GROUP) {
-        let dst = &mut out[i0 * k..(i0 + g) * k];
-        let src = &x[i0 * k..(i0 + g) * k];
-        // Written in order, read from the group's rows side by side.
-        for l in 0..LANES.min(k) {
-            let s = seg.start(l);
-            for t in 0..seg.len(l) {
-                let at = t * LANES + l;
-                for (r, d) in dst[(s + t) * g..(s + t + 1) * g].iter_mut().enumerate() {
-                    *d = src[r * k + at];
-                }
+    // Whole groups per task, each writing its own rows of the result.
+    let groups: Vec<(usize, usize)> = runs(m, GROUP).collect();
+    let tasks = parallel::chunk_count(m * k, PERMUTE_MIN_FLOATS, 1).min(groups.len());
+    let mut parts = Vec::with_capacity(tasks);
+    let mut rest = out.as_mut_slice();
+    for range in parallel::split(groups.len(), tasks, 1) {
+        let mine = &groups[range];
+        let rows: usize = mine.iter().map(|&(_, g)| g).sum();
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(rows * k);
+        rest = tail;
+        parts.push((mine, dst));
+    }
+    parallel::for_each_part(parts, |(mine, dst)| {
+        let i0 = mine.first().map_or(0, |&(i, _)| i);
+        for &(i, g) in mine {
+            let dst = &mut dst[(i - i0) * k..(i - i0 + g) * k];
+            permute_group(&x[i * k..(i + g) * k], g, seg, dst);
+        }
+    });
+    out
+}
+
+/// Floats of x below which [`permute_rows`] does not split its work.
+const PERMUTE_MIN_FLOATS: usize = 1 << 16;
+
+/// One group of `g` x rows (`src`, one row after another) into `dst` in segment order,
+/// interleaved. Sixteen elements of each row at a time: each row's cache line is read once
+/// and the sixteen places they go to are the same sixteen lines for every row of the group.
+/// (Taking one lane's subsequence at a time read every line of the group's rows sixteen
+/// times, from L2 once the group was larger than L1.)
+fn permute_group(src: &[f32], g: usize, seg: Segments, dst: &mut [f32]) {
+    let k = src.len() / g.max(1);
+    let starts: [usize; LANES] = std::array::from_fn(|l| seg.start(l));
+    for t in 0..k.div_ceil(LANES) {
+        let lanes = LANES.min(k - t * LANES);
+        for r in 0..g {
+            let from = &src[r * k + t * LANES..][..lanes];
+            for (l, &v) in from.iter().enumerate() {
+                dst[(starts[l] + t) * g + r] = v;
             }
         }
     }
-    out
 }
 
 /// Outputs `[m, out.cols()]` from x rows already permuted (`xp`, [`permute_rows`]). Callers
@@ -173,10 +204,18 @@ fn columns<S: Rows, const WIDE: bool>(
     assert!(xp.len() >= m * k, "permuted x shorter than [m, k]");
     let seg = Segments::new(k);
     let cols = out.cols();
-    // While x fits in L2 (a decode step) the AVX-512 tiles take two panels at a time; a
-    // prefill's blocks of panels keep one.
-    let pairs = WIDE && panels_per_block(m, k) == 1;
-    let per_block = if pairs { 2 } else { panels_per_block(m, k) };
+    // While x fits in L2 (a decode step) the AVX-512 tiles take two panels at a time. A
+    // prefill's blocks of panels do too outside Intel while a panel is at most 64 KiB (see
+    // `tile2_avx512` for both measurements); at k = 2048 they keep one.
+    let blocks = panels_per_block(m, k) > 1;
+    let pairs = WIDE && (!blocks || (k <= PAIRED_BLOCK_K && !simd::intel()));
+    let per_block = if blocks {
+        panels_per_block(m, k)
+    } else if pairs {
+        2
+    } else {
+        1
+    };
     // One spare cache line between panels: at k = 2048 a panel is 128 KiB, and panels that far
     // apart would share L2's sets.
     let stride = k * PANEL + PANEL;
@@ -301,7 +340,11 @@ fn store_rows(
 /// [`tile_avx512`] against two panels at once: each broadcast x value feeds two weight vectors,
 /// 24 FMAs from 14 loads. Alternated call by call with one panel at a time (Emerald Rapids, 2
 /// threads, Q5_0): 7-11 % faster at 32 and 128 rows of k = 640 and 1152, within the noise at
-/// k = 2048, 6 % slower at 1024 rows (a prefill's blocks of panels, where it is not used).
+/// k = 2048, 6 % slower at 1024 rows (a prefill's blocks of panels, where Intel does not use
+/// it). On an AMD EPYC (Zen 5, 2 threads, `kernel_bench`, three rounds alternating) it is
+/// 6-13 % faster there too at k = 640 and 1024 (4096 rows: Q5_0 `[2048, 640]` 27.6-29.0 →
+/// 25.6-26.2 ms, `[1024, 640]` 15.3-16.4 → 13.4-14.1 ms; Q4_K `[640, 1024]` 15.1-16.7 →
+/// 13.9-15.2 ms; 512 rows 1.89-1.92 → 1.70-1.73 ms) and 3-15 % slower at k = 2048.
 #[target_feature(enable = "avx512f")]
 fn tile2_avx512<const R: usize>(
     x: &[f32],

@@ -200,22 +200,29 @@ fn many_rows_keep_their_bits_across_blocks_of_panels() {
     // Once x outgrows L2 (1 MiB) the panel kernel packs as many panels as fit its block (four
     // at k = 2048) and runs every row tile against each: 150 columns make two whole blocks and
     // a third ending in a partial panel, on one thread and split between two or three. 30 rows
-    // take one panel at a time.
+    // take one panel at a time. At k = 1024 (eight panels a block) and 640 (twelve) the
+    // AVX-512 tiles outside Intel take the panels of a block two at a time: 150 columns end
+    // on a pair of a whole panel and a partial one, 140 columns on a panel left alone; x is
+    // permuted in parallel tasks from these sizes.
     let mut rng = Rng::new(29);
-    let (k, n) = (2048, 150);
-    for m in [30, 131] {
+    for (k, n, m) in [
+        (2048, 150, 30),
+        (2048, 150, 131),
+        (1024, 150, 300),
+        (640, 140, 420),
+    ] {
         let x = tensor(&[m, k], &mut rng, 1.0);
         for dtype in DTYPES {
             let w = weight(dtype, &[n, k], &mut rng, 1.0);
             let one = with_threads(1, || linear(&x, &w)).expect("valid shapes");
-            assert_fixed_order_dot(&one, &x, &w, &format!("{dtype:?} m={m}"));
+            assert_fixed_order_dot(&one, &x, &w, &format!("{dtype:?} m={m} k={k}"));
             for t in [2, 3] {
                 let many = with_threads(t, || linear(&x, &w)).expect("valid");
-                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} {t} threads");
+                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} k={k} {t} threads");
             }
             for isa in simd::available() {
                 let on = with_threads(2, || linear_on(isa, &x, &w)).expect("valid");
-                assert_eq!(bits(&one), bits(&on), "{dtype:?} m={m} on {isa:?}");
+                assert_eq!(bits(&one), bits(&on), "{dtype:?} m={m} k={k} on {isa:?}");
             }
         }
     }
