@@ -454,9 +454,12 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
             if let Some(id) = screened_argmax(cpu, x, w.screen(), w) {
                 return Ok(vec![id]);
             }
-        } else {
-            return Ok(screened_argmax_many(cpu, x, m, w));
+            // An x the screen cannot bound, or too many candidates: every row, but a span at a
+            // time and handed back, as for a batch.
+            let best = argmax_in_spans(cpu, x, 1, k, w);
+            return Ok(best.into_iter().map(|b| b.index as u32).collect());
         }
+        return Ok(screened_argmax_many(cpu, x, m, w));
     }
     Ok(argmax_all(cpu, x, m, k, n, &src))
 }
@@ -546,10 +549,6 @@ fn screened_argmax(cpu: Cpu, x: &[f32], screen: &Screen, weight: &Weight) -> Opt
 /// are those of the full pass.
 fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u32> {
     let k = x.len() / m;
-    let w = WeightRows {
-        bytes: weight.bytes(),
-        dtype: weight.dtype(),
-    };
     let screen = weight.screen();
     let lists = screen.candidates_many(cpu.isa(), x, m);
     let limit = screen.rows() / SCREEN_MAX_SHARE_MANY;
@@ -590,25 +589,36 @@ fn screened_argmax_many(cpu: Cpu, x: &[f32], m: usize, weight: &Weight) -> Vec<u
             .flat_map(|&i| &x[i * k..(i + 1) * k])
             .copied()
             .collect();
-        let panels = takes_panels(cpu, rest.len(), k, &w);
-        let lhs = Lhs::new(cpu, &xs, rest.len(), k, panels);
-        let mut best = vec![Best::NONE; rest.len()];
-        let n = screen.rows();
-        // A span at a time, handed back after it: the full pass never holds the whole weight
-        // next to its screen.
-        for start in (0..n).step_by(SCREEN_FULL_SPAN) {
-            let span = start..(start + SCREEN_FULL_SPAN).min(n);
-            let part = argmax_cols(cpu, &lhs, rest.len(), k, span, &w);
-            for (b, p) in best.iter_mut().zip(part) {
-                *b = b.then(p);
-            }
-            weight.release(0..weight.numel());
-        }
+        let best = argmax_in_spans(cpu, &xs, rest.len(), k, weight);
         for (&i, b) in rest.iter().zip(best) {
             ids[i] = Some(b.index as u32);
         }
     }
     ids.into_iter().map(|id| id.unwrap_or(0)).collect()
+}
+
+/// Each of the `m` x rows' best over every row of `weight` (`[n, k]`, n > 0), a span of
+/// weight rows at a time, each handed back after it: a full pass next to the weight's screen
+/// never holds the whole weight resident as well. (At batch 1 the whole head was read through
+/// its file mapping at once: one step the screen could not narrow, in 200 new tokens on the
+/// real 270M Q4_K_M file, raised the peak RSS from 298 to 466 MiB, past the 342 MiB budget.)
+fn argmax_in_spans(cpu: Cpu, x: &[f32], m: usize, k: usize, weight: &Weight) -> Vec<Best> {
+    let w = WeightRows {
+        bytes: weight.bytes(),
+        dtype: weight.dtype(),
+    };
+    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, k, &w));
+    let mut best = vec![Best::NONE; m];
+    let n = weight.shape()[0];
+    for start in (0..n).step_by(SCREEN_FULL_SPAN) {
+        let span = start..(start + SCREEN_FULL_SPAN).min(n);
+        let part = argmax_cols(cpu, &lhs, m, k, span, &w);
+        for (b, p) in best.iter_mut().zip(part) {
+            *b = b.then(p);
+        }
+        weight.release(0..weight.numel());
+    }
+    best
 }
 
 /// Each x row's best among the weight rows `lists[i]` lists for it (increasing; `None` for

@@ -603,3 +603,52 @@ fn assert_argmax_of_linear(x: &Tensor, w: &Weight, what: &str) {
         simd::with_instruction_set(Isa::Portable, || linear_argmax(x, w)).expect("valid");
     assert_eq!(portable, want, "{what}, portable");
 }
+
+/// Weight bytes that count the hand-backs asked of them (a file mapping drops those pages).
+struct CountedReleases {
+    bytes: Vec<u8>,
+    released: std::sync::atomic::AtomicUsize,
+}
+
+impl super::super::tensor::WeightBytes for CountedReleases {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    fn release(&self, _range: std::ops::Range<usize>) {
+        self.released
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_head_the_screen_cannot_narrow_is_scored_a_span_at_a_time_and_handed_back() {
+    // An x large enough that a screened sum could overflow skips the screen, and then every row
+    // is scored exactly. At one x row as at several, that pass must hand the weight back span by
+    // span: read through a file mapping at once, a batch-1 step kept all of the real 270M
+    // model's head resident beside its screen (peak RSS 466 MiB against a 342 MiB budget).
+    use std::sync::atomic::Ordering;
+    let (n, k) = (40_000, 64);
+    let mut rng = Rng::new(31);
+    let plain =
+        Weight::from_values(DType::BF16, vec![n, k], &rng.values(n * k, 1.0)).expect("shape");
+    let counted = std::sync::Arc::new(CountedReleases {
+        bytes: plain.bytes().to_vec(),
+        released: Default::default(),
+    });
+    let len = counted.bytes.len();
+    let w = Weight::new(DType::BF16, vec![n, k], counted.clone(), 0..len).expect("shape");
+    for m in [1, 3] {
+        // A first call builds the screen, which hands back what it read.
+        linear_argmax(&tensor(&[m, k], &mut rng, 1.0), &w).expect("valid");
+        counted.released.store(0, Ordering::SeqCst);
+        let x = Tensor::new(vec![m, k], rng.values(m * k, 1e35)).expect("shape");
+        let ids = linear_argmax(&x, &w).expect("valid");
+        let want = argmax(&linear(&x, &w).expect("valid")).expect("rows");
+        assert_eq!(ids, want, "m={m}");
+        assert!(
+            counted.released.load(Ordering::SeqCst) >= n / 16384,
+            "m={m}: the full pass handed back {} spans",
+            counted.released.load(Ordering::SeqCst)
+        );
+    }
+}
