@@ -426,6 +426,38 @@ fn rope_rotates_each_half_pair_by_position_times_frequency() {
 }
 
 #[test]
+fn rope_tables_kept_between_calls_answer_only_their_own_parameters() {
+    // A decode step repeats its rope calls in every layer, so tables are kept from recent
+    // calls: one that differs from a kept table in head size, base, scaling or any position
+    // must not be given it. Five kinds of call, more than are kept, in rounds.
+    let mut rng = Rng::new(9);
+    let x8 = tensor(&[2, 3, 2, 8], &mut rng, 1.0);
+    let x16 = tensor(&[2, 3, 1, 16], &mut rng, 1.0);
+    let pos: Vec<i64> = vec![5, 6, 7, 5, 6, 7];
+    let mut moved = pos.clone();
+    moved[4] = 9;
+    let calls = [
+        (&x8, &pos, 1e4, 1.0),
+        (&x8, &pos, 1e6, 1.0),
+        (&x8, &pos, 1e4, 8.0),
+        (&x8, &moved, 1e4, 1.0),
+        (&x16, &pos, 1e4, 1.0),
+    ];
+    for round in 0..3 {
+        for (i, &(x, p, theta, scaling)) in calls.iter().enumerate() {
+            let got = rope(x, p, theta, scaling).expect("valid");
+            let want = reference::rope(x, p, theta, scaling);
+            assert_close(
+                got.data(),
+                &want,
+                |_| 8.0 * ULP * 2.0,
+                &format!("round {round}, call {i}"),
+            );
+        }
+    }
+}
+
+#[test]
 fn rope_is_bit_identical_across_thread_counts() {
     let mut rng = Rng::new(8);
     let x = tensor(&[4, 16, 4, 256], &mut rng, 1.0);
