@@ -434,8 +434,40 @@ impl Ctx<'_> {
     }
 }
 
+/// Which half of a cache column [`Ctx::prefetch`] fetches.
+#[derive(Clone, Copy)]
+enum Part {
+    Keys,
+    Values,
+}
+
+impl Ctx<'_> {
+    /// Hints the keys or values of columns `cols` of sequence `b`, kv head `kvh`, into L1. A
+    /// cached column of one sequence is a whole batch of columns away from its neighbour (the
+    /// cache is laid out slot-major), a stride the hardware prefetcher does not follow, so
+    /// without this every group of four columns waited on memory in turn.
+    #[inline(always)]
+    fn prefetch(&self, b: usize, cols: Range<usize>, kvh: usize, part: Part) {
+        #[cfg(target_arch = "x86_64")]
+        for col in cols {
+            let (k, v) = self.kv_at(b, col, kvh);
+            let row = match part {
+                Part::Keys => k,
+                Part::Values => v,
+            };
+            simd::prefetch(row.as_ptr().cast(), std::mem::size_of_val(row));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (b, cols, kvh, part);
+    }
+}
+
 /// Keys whose scores are computed side by side ([`simd::dots`]).
 const KEYS: usize = 4;
+/// Groups of [`KEYS`] columns fetched ahead of the group being computed. On Zen 5 (real 270M
+/// file, batch 32, prompt 128, `--profile`, two rounds alternating): attention 345-365 ms per
+/// 31 steps without, 251-256 with one group ahead or two, 246-251 with three, 253-305 with six.
+const AHEAD: usize = 3;
 
 simd::with_isa! {
     /// [`attend_rows`] compiled for the given instruction set.
@@ -470,10 +502,23 @@ fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
         }
         let qrow = &ctx.q[r * d..(r + 1) * d];
         scores.clear();
+        // The first head of a kv group fetches its columns; the others find them in cache.
+        let fetch = h % group == 0;
+        if fetch {
+            ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(col + 1), kvh, Part::Keys);
+        }
         // Four keys at a time: one dot product of a head's length is a chain of dependent
         // multiply-adds, four of them overlap.
         let mut j = lo;
         while j + KEYS <= col + 1 {
+            if fetch {
+                ctx.prefetch(
+                    b,
+                    j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(col + 1),
+                    kvh,
+                    Part::Keys,
+                );
+            }
             let keys: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i, kvh).0);
             scores.extend(simd::dots(qrow, keys).map(|s| s * ctx.scale));
             j += KEYS;
@@ -497,7 +542,18 @@ fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
         let total = sum as f32;
         // Four values at a time, each output element loaded and stored once for the four.
         let mut j = lo;
+        if fetch {
+            ctx.prefetch(b, j..(j + AHEAD * KEYS).min(col + 1), kvh, Part::Values);
+        }
         for e in scores.chunks_exact(KEYS) {
+            if fetch {
+                ctx.prefetch(
+                    b,
+                    j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(col + 1),
+                    kvh,
+                    Part::Values,
+                );
+            }
             let vals: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i, kvh).1);
             let weights: [f32; KEYS] = std::array::from_fn(|i| e[i] / total);
             simd::axpys(out, weights, vals);
