@@ -466,7 +466,7 @@ impl Ctx<'_> {
 const KEYS: usize = 4;
 /// Groups of [`KEYS`] columns fetched ahead of the group being computed. On Zen 5 (real 270M
 /// file, batch 32, prompt 128, `--profile`, two rounds alternating): attention 345-365 ms per
-/// 31 steps without, 251-256 with one group ahead or two, 246-251 with three, 253-305 with six.
+/// 31 steps without, 251-256 with two groups ahead, 246-251 with three, 253-305 with six.
 const AHEAD: usize = 3;
 
 simd::with_isa! {
