@@ -112,8 +112,35 @@ pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError
         bytes: w.bytes(),
         dtype: w.dtype(),
     };
-    let data = run(cpu, x.data(), m, k, n, &src);
+    let data = if w.has_screen() {
+        run_in_spans(cpu, x.data(), m, k, w)
+    } else {
+        run(cpu, x.data(), m, k, n, &src)
+    };
     make(shape, data)
+}
+
+/// [`run`] over a weight whose screen is built (an output head that greedy steps read through
+/// its screen, here read whole by a step that samples): a span of rows at a time, each handed
+/// back after it, so that the whole weight is never resident beside its screen. The outputs
+/// are those of `run`: every column is the same dot product wherever its span starts.
+fn run_in_spans(cpu: Cpu, x: &[f32], m: usize, k: usize, w: &Weight) -> Vec<f32> {
+    let n = w.shape()[0];
+    let row_bytes = w.dtype().bytes_for(k).unwrap_or(0);
+    let mut out = vec![0.0f32; m * n];
+    for start in (0..n).step_by(SCREEN_FULL_SPAN) {
+        let span = start..(start + SCREEN_FULL_SPAN).min(n);
+        let rows = WeightRows {
+            bytes: &w.bytes()[span.start * row_bytes..span.end * row_bytes],
+            dtype: w.dtype(),
+        };
+        let part = run(cpu, x, m, k, span.len(), &rows);
+        for (dst, src) in out.chunks_exact_mut(n).zip(part.chunks_exact(span.len())) {
+            dst[span.clone()].copy_from_slice(src);
+        }
+        w.release(span.start * k..span.end * k);
+    }
+    out
 }
 
 /// `x [..., in] × w [out, in]ᵀ -> [..., out]` for an f32 tensor `w` (an activation, or a weight

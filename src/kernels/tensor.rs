@@ -224,6 +224,11 @@ impl Weight {
     pub(crate) fn screen(&self) -> &Screen {
         self.screen.get_or_init(|| Screen::build(self))
     }
+    /// Whether [`Weight::screen`] has been built: then the weight's own pages were handed back,
+    /// and a full read must hand them back again as it goes.
+    pub(crate) fn has_screen(&self) -> bool {
+        self.screen.get().is_some()
+    }
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.range.len() / self.dtype.block_bytes() * self.dtype.block_elems()

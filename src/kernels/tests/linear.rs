@@ -652,3 +652,49 @@ fn a_head_the_screen_cannot_narrow_is_scored_a_span_at_a_time_and_handed_back() 
         );
     }
 }
+
+#[test]
+fn a_screened_head_read_whole_is_handed_back_span_by_span() {
+    // A job whose greedy batches built the head's screen (and handed the head's pages back) and
+    // whose later batch samples reads every logit: that `linear` must hand the head back as it
+    // goes, or the whole head ends up resident beside its screen. Its outputs stay the bits of
+    // a weight that has no screen, at one x row and at several.
+    use std::sync::atomic::Ordering;
+    let (n, k) = (40_000, 64);
+    let mut rng = Rng::new(37);
+    let plain =
+        Weight::from_values(DType::BF16, vec![n, k], &rng.values(n * k, 1.0)).expect("shape");
+    let counted = std::sync::Arc::new(CountedReleases {
+        bytes: plain.bytes().to_vec(),
+        released: Default::default(),
+    });
+    let len = counted.bytes.len();
+    let w = Weight::new(DType::BF16, vec![n, k], counted.clone(), 0..len).expect("shape");
+    let xs = [
+        tensor(&[1, k], &mut rng, 1.0),
+        tensor(&[3, k], &mut rng, 1.0),
+    ];
+    let before: Vec<Tensor> = xs.iter().map(|x| linear(x, &w).expect("valid")).collect();
+    assert_eq!(
+        counted.released.load(Ordering::SeqCst),
+        0,
+        "no screen yet, nothing to hand back"
+    );
+    linear_argmax(&xs[0], &w).expect("valid");
+    for (x, before) in xs.iter().zip(&before) {
+        let m = x.shape()[0];
+        counted.released.store(0, Ordering::SeqCst);
+        let after = linear(x, &w).expect("valid");
+        assert_eq!(bits(&after), bits(before), "m={m}");
+        assert_eq!(
+            bits(&after),
+            bits(&linear(x, &plain).expect("valid")),
+            "m={m}"
+        );
+        assert!(
+            counted.released.load(Ordering::SeqCst) >= n / 16384,
+            "m={m}: the read handed back {} spans",
+            counted.released.load(Ordering::SeqCst)
+        );
+    }
+}
