@@ -620,15 +620,20 @@ impl super::super::tensor::WeightBytes for CountedReleases {
     }
 }
 
-#[test]
-fn a_head_the_screen_cannot_narrow_is_scored_a_span_at_a_time_and_handed_back() {
-    // An x large enough that a screened sum could overflow skips the screen, and then every row
-    // is scored exactly. At one x row as at several, that pass must hand the weight back span by
-    // span: read through a file mapping at once, a batch-1 step kept all of the real 270M
-    // model's head resident beside its screen (peak RSS 466 MiB against a 342 MiB budget).
-    use std::sync::atomic::Ordering;
-    let (n, k) = (40_000, 64);
-    let mut rng = Rng::new(31);
+impl CountedReleases {
+    /// Hand-backs since the last call.
+    fn take(&self) -> usize {
+        self.released.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A random bf16 `[n, k]` weight large enough to take the screen, as a plain weight and as one
+/// over the same bytes that counts its hand-backs.
+fn head_counting_releases(
+    n: usize,
+    k: usize,
+    rng: &mut Rng,
+) -> (Weight, Weight, std::sync::Arc<CountedReleases>) {
     let plain =
         Weight::from_values(DType::BF16, vec![n, k], &rng.values(n * k, 1.0)).expect("shape");
     let counted = std::sync::Arc::new(CountedReleases {
@@ -637,18 +642,30 @@ fn a_head_the_screen_cannot_narrow_is_scored_a_span_at_a_time_and_handed_back() 
     });
     let len = counted.bytes.len();
     let w = Weight::new(DType::BF16, vec![n, k], counted.clone(), 0..len).expect("shape");
+    (plain, w, counted)
+}
+
+#[test]
+fn a_head_the_screen_cannot_narrow_is_scored_a_span_at_a_time_and_handed_back() {
+    // An x large enough that a screened sum could overflow skips the screen, and then every row
+    // is scored exactly. At one x row as at several, that pass must hand the weight back span by
+    // span: read through a file mapping at once, a batch-1 step kept all of the real 270M
+    // model's head resident beside its screen (peak RSS 466 MiB against a 342 MiB budget).
+    let (n, k) = (40_000, 64);
+    let mut rng = Rng::new(31);
+    let (_, w, counted) = head_counting_releases(n, k, &mut rng);
     for m in [1, 3] {
         // A first call builds the screen, which hands back what it read.
         linear_argmax(&tensor(&[m, k], &mut rng, 1.0), &w).expect("valid");
-        counted.released.store(0, Ordering::SeqCst);
+        counted.take();
         let x = Tensor::new(vec![m, k], rng.values(m * k, 1e35)).expect("shape");
         let ids = linear_argmax(&x, &w).expect("valid");
+        let spans = counted.take();
         let want = argmax(&linear(&x, &w).expect("valid")).expect("rows");
         assert_eq!(ids, want, "m={m}");
         assert!(
-            counted.released.load(Ordering::SeqCst) >= n / 16384,
-            "m={m}: the full pass handed back {} spans",
-            counted.released.load(Ordering::SeqCst)
+            spans >= n / 16384,
+            "m={m}: the full pass handed back {spans} spans"
         );
     }
 }
@@ -659,32 +676,21 @@ fn a_screened_head_read_whole_is_handed_back_span_by_span() {
     // whose later batch samples reads every logit: that `linear` must hand the head back as it
     // goes, or the whole head ends up resident beside its screen. Its outputs stay the bits of
     // a weight that has no screen, at one x row and at several.
-    use std::sync::atomic::Ordering;
     let (n, k) = (40_000, 64);
     let mut rng = Rng::new(37);
-    let plain =
-        Weight::from_values(DType::BF16, vec![n, k], &rng.values(n * k, 1.0)).expect("shape");
-    let counted = std::sync::Arc::new(CountedReleases {
-        bytes: plain.bytes().to_vec(),
-        released: Default::default(),
-    });
-    let len = counted.bytes.len();
-    let w = Weight::new(DType::BF16, vec![n, k], counted.clone(), 0..len).expect("shape");
+    let (plain, w, counted) = head_counting_releases(n, k, &mut rng);
     let xs = [
         tensor(&[1, k], &mut rng, 1.0),
         tensor(&[3, k], &mut rng, 1.0),
     ];
     let before: Vec<Tensor> = xs.iter().map(|x| linear(x, &w).expect("valid")).collect();
-    assert_eq!(
-        counted.released.load(Ordering::SeqCst),
-        0,
-        "no screen yet, nothing to hand back"
-    );
+    assert_eq!(counted.take(), 0, "no screen yet, nothing to hand back");
     linear_argmax(&xs[0], &w).expect("valid");
+    counted.take();
     for (x, before) in xs.iter().zip(&before) {
         let m = x.shape()[0];
-        counted.released.store(0, Ordering::SeqCst);
         let after = linear(x, &w).expect("valid");
+        let spans = counted.take();
         assert_eq!(bits(&after), bits(before), "m={m}");
         assert_eq!(
             bits(&after),
@@ -692,9 +698,8 @@ fn a_screened_head_read_whole_is_handed_back_span_by_span() {
             "m={m}"
         );
         assert!(
-            counted.released.load(Ordering::SeqCst) >= n / 16384,
-            "m={m}: the read handed back {} spans",
-            counted.released.load(Ordering::SeqCst)
+            spans >= n / 16384,
+            "m={m}: the read handed back {spans} spans"
         );
     }
 }
