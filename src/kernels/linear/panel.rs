@@ -390,14 +390,29 @@ fn tile2_avx512<const R: usize>(
 
 /// Panels packed together for `m` x rows of inner length `k`: one while x fits beside them in
 /// L2 (there a block gains nothing and measured a few percent slower at k = 2048), else as many
-/// as fit [`BLOCK_BYTES`].
+/// as fit [`BLOCK_BYTES`], or twice that for an x past [`X_BEYOND_L3_BYTES`] outside Intel.
 fn panels_per_block(m: usize, k: usize) -> usize {
     let floats = std::mem::size_of::<f32>();
     if m * k * floats <= X_L2_BYTES {
         return 1;
     }
-    (BLOCK_BYTES / (k * PANEL * floats).max(1)).max(1)
+    let x_bytes = m * k * floats;
+    let block = if x_bytes > X_BEYOND_L3_BYTES && !simd::intel() {
+        2 * BLOCK_BYTES
+    } else {
+        BLOCK_BYTES
+    };
+    (block / (k * PANEL * floats).max(1)).max(1)
 }
+
+/// Bytes of x past which, outside Intel, blocks hold twice [`BLOCK_BYTES`] of panels: x then
+/// comes from memory at every pass, and halving the passes paid for panels that no longer all
+/// stay in L2. On an AMD EPYC (Zen 5, 1 MiB L2 a core, 32 MiB L3; `kernel_bench 2`, three
+/// rounds alternating), Q4_K `[4096, 2048] × [640, 2048]ᵀ` (x 32 MiB) took 33.7-34.6 ms in
+/// blocks of 1 MiB against 40.7-45.2 in blocks of 512 KiB (earlier rounds: 34.2-40.8 against
+/// 41.0-45.9, and 42.3-43.1 with x taken in 4 MiB chunks instead); at k 640 and 1024 (x 10 and
+/// 16 MiB) the two block sizes were level.
+const X_BEYOND_L3_BYTES: usize = 16 << 20;
 
 /// Weight rows `j0..j0 + width` as a panel in segment order: row `j0 + c`'s inner element
 /// `16 t + l` at `(seg.start(l) + t) * PANEL + c`, the order [`permute_rows`] gives x, so a

@@ -203,9 +203,12 @@ fn many_rows_keep_their_bits_across_blocks_of_panels() {
     // take one panel at a time. At k = 1024 (eight panels a block) and 640 (twelve) the
     // AVX-512 tiles outside Intel take the panels of a block two at a time: 150 columns end
     // on a pair of a whole panel and a partial one, 140 columns on a panel left alone; x is
-    // permuted in parallel tasks from these sizes.
+    // permuted in parallel tasks from these sizes. Past 16 MiB of x (2100 rows at k = 2048)
+    // the blocks outside Intel hold eight panels: 140 columns are one of eight and one of a
+    // panel and a part.
     let mut rng = Rng::new(29);
     for (k, n, m) in [
+        (2048, 140, 2100),
         (2048, 150, 30),
         (2048, 150, 131),
         (1024, 150, 300),
