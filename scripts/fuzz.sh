@@ -44,19 +44,14 @@ choices=" merge_set engine_structured journal_roundtrip "
 
 triple=$(rustc -vV | sed -n 's/^host: //p')
 echo "fuzz.sh: building ${#targets[@]} targets for $triple (the first build takes minutes)" >&2
+is_choice() { case "$choices" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 traced=()
 untraced=()
 for t in "${targets[@]}"; do
-  case "$choices" in
-    *" $t "*) untraced+=(--bin "$t") ;;
-    *) traced+=(--bin "$t") ;;
-  esac
+  if is_choice "$t"; then untraced+=(--bin "$t"); else traced+=(--bin "$t"); fi
 done
 bin_dir() {
-  case "$choices" in
-    *" $1 "*) echo "fuzz/target/choices/$triple/release" ;;
-    *) echo "fuzz/target/$triple/release" ;;
-  esac
+  if is_choice "$1"; then echo "fuzz/target/choices/$triple/release"; else echo "fuzz/target/$triple/release"; fi
 }
 # Cargo does not see what the wrapper decides: a digest of it among the flags makes a changed
 # wrapper rebuild every crate instead of leaving the old instrumentation in place.

@@ -123,14 +123,9 @@ where
     for r in ranges {
         let (chunk, tail) = rest.split_at_mut(r.len() * row_len);
         rest = tail;
-        chunks.push(Mutex::new(Some((r, chunk))));
+        chunks.push((r, chunk));
     }
-    run_claimed(chunks.len(), &|i| {
-        let chunk = chunks[i].lock().ok().and_then(|mut c| c.take());
-        if let Some((r, c)) = chunk {
-            f(r, c);
-        }
-    });
+    for_each_part(chunks, |(r, c)| f(r, c));
 }
 
 /// Map contiguous ranges of `0..items` to results in parallel, returned in range order together

@@ -207,15 +207,9 @@ fn columns<S: Rows, const WIDE: bool>(
     // While x fits in L2 (a decode step) the AVX-512 tiles take two panels at a time. A
     // prefill's blocks of panels do too outside Intel while a panel is at most 64 KiB (see
     // `tile2_avx512` for both measurements); at k = 2048 they keep one.
-    let blocks = panels_per_block(m, k) > 1;
-    let pairs = WIDE && (!blocks || (k <= PAIRED_BLOCK_K && !simd::intel()));
-    let per_block = if blocks {
-        panels_per_block(m, k)
-    } else if pairs {
-        2
-    } else {
-        1
-    };
+    let block = panels_per_block(m, k);
+    let pairs = WIDE && (block == 1 || (k <= PAIRED_BLOCK_K && !simd::intel()));
+    let per_block = if block == 1 && pairs { 2 } else { block };
     // One spare cache line between panels: at k = 2048 a panel is 128 KiB, and panels that far
     // apart would share L2's sets.
     let stride = k * PANEL + PANEL;
