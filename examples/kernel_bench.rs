@@ -1,5 +1,6 @@
 //! Quick timing of the hot kernels:
-//! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes).
+//! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes;
+//! `DTYPES=Q5_0,...`: these weight types; `ARGMAX=1`: the head's path; `REPS=N`: N timed calls).
 //! Prints the median of several runs for each shape, in GFLOP/s (2 flops per multiply-add).
 
 use std::time::Instant;
@@ -65,6 +66,12 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     // built by a first call that is not timed) instead of `linear`.
     let argmax = std::env::var_os("ARGMAX").is_some();
     let reps = if argmax { reps.max(20) } else { reps };
+    // `REPS=N`: time N calls instead (a longer run for `perf record` to sample).
+    let reps = std::env::var("REPS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r: &usize| r > 0)
+        .unwrap_or(reps);
     if argmax {
         std::hint::black_box(kernels::linear_argmax(&x, &w).expect("argmax"));
     }
