@@ -1,7 +1,10 @@
 //! Quick timing of the hot kernels:
 //! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes;
 //! `DTYPES=Q5_0,...`: these weight types; `ARGMAX=1`: the head's path; `REPS=N`: N timed calls).
-//! Prints the median of several runs for each shape, in GFLOP/s (2 flops per multiply-add).
+//! Prints one core's issue rates of 512-bit multiply-adds, then the median of several runs for
+//! each shape, in GFLOP/s (2 flops per multiply-add).
+// `unsafe` only to call the issue-rate probes' `#[target_feature]` loops after detection.
+#![allow(unsafe_code)]
 
 use std::time::Instant;
 
@@ -99,6 +102,68 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     );
 }
 
+/// One core's issue rate of 512-bit `vfmadd231ps` and, with AVX-512 VNNI, `vpdpbusd` (the
+/// batched screen's 8-bit multiply-add): twelve independent accumulators, so the rate is the
+/// ports', not the latency's. On Zen 5 both issue two a cycle.
+#[cfg(target_arch = "x86_64")]
+fn issue_rates() {
+    use std::arch::x86_64::{__m512, __m512i};
+    #[target_feature(enable = "avx512f")]
+    fn fma(n: usize) -> [__m512; 12] {
+        use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_set1_ps};
+        let (x, y) = (_mm512_set1_ps(1.0001), _mm512_set1_ps(0.9999));
+        let mut a = [_mm512_set1_ps(1.0); 12];
+        for _ in 0..n {
+            for v in a.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, x, y);
+            }
+        }
+        a
+    }
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    fn dp(n: usize) -> [__m512i; 12] {
+        use std::arch::x86_64::{_mm512_dpbusd_epi32, _mm512_set1_epi32};
+        let (x, y) = (
+            _mm512_set1_epi32(0x0102_0304),
+            _mm512_set1_epi32(0x0506_0708),
+        );
+        let mut a = [_mm512_set1_epi32(0); 12];
+        for _ in 0..n {
+            for v in a.iter_mut() {
+                *v = _mm512_dpbusd_epi32(*v, x, y);
+            }
+        }
+        a
+    }
+    if !std::arch::is_x86_feature_detected!("avx512f") {
+        return;
+    }
+    let n = 20_000_000;
+    let rate = |run: &dyn Fn()| {
+        let times: Vec<f64> = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                run();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        (12 * n) as f64 / median(times) / 1e9
+    };
+    let f = rate(&|| {
+        // SAFETY: AVX-512F was detected above.
+        std::hint::black_box(unsafe { fma(std::hint::black_box(n)) });
+    });
+    print!("one core issues {f:.2} G vfmadd231ps zmm/s");
+    if std::arch::is_x86_feature_detected!("avx512vnni") {
+        let d = rate(&|| {
+            // SAFETY: AVX-512F was detected above, and VNNI here.
+            std::hint::black_box(unsafe { dp(std::hint::black_box(n)) });
+        });
+        print!(", {d:.2} G vpdpbusd zmm/s");
+    }
+    println!();
+}
+
 fn main() {
     runner::memory::heap::tune_glibc_heap();
     let threads: usize = std::env::args()
@@ -136,6 +201,8 @@ fn main() {
         "one-thread streaming read: {:.1} GB/s (median of 5 passes over 256 MiB)",
         (8usize << 25) as f64 / median(reads) / 1e9
     );
+    #[cfg(target_arch = "x86_64")]
+    issue_rates();
     let quick = std::env::var("QUICK").is_ok();
     let custom: Vec<(usize, usize, usize)> = std::env::args()
         .skip(2)
