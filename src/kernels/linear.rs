@@ -126,7 +126,14 @@ pub fn linear_on(isa: Isa, x: &Tensor, w: &Weight) -> Result<Tensor, KernelError
 /// are those of `run`: every column is the same dot product wherever its span starts.
 fn run_in_spans(cpu: Cpu, x: &[f32], m: usize, k: usize, w: &Weight) -> Vec<f32> {
     let n = w.shape()[0];
-    let row_bytes = w.dtype().bytes_for(k).unwrap_or(0);
+    // A screen is built only over rows of whole blocks; anything else is read as `run` reads it.
+    let Some(row_bytes) = w.dtype().bytes_for(k).filter(|&b| b > 0) else {
+        let rows = WeightRows {
+            bytes: w.bytes(),
+            dtype: w.dtype(),
+        };
+        return run(cpu, x, m, k, n, &rows);
+    };
     let mut out = vec![0.0f32; m * n];
     for start in (0..n).step_by(SCREEN_FULL_SPAN) {
         let span = start..(start + SCREEN_FULL_SPAN).min(n);

@@ -387,10 +387,10 @@ fn tile2_avx512<const R: usize>(
 /// as fit [`BLOCK_BYTES`], or twice that for an x past [`X_BEYOND_L3_BYTES`] outside Intel.
 fn panels_per_block(m: usize, k: usize) -> usize {
     let floats = std::mem::size_of::<f32>();
-    if m * k * floats <= X_L2_BYTES {
+    let x_bytes = m * k * floats;
+    if x_bytes <= X_L2_BYTES {
         return 1;
     }
-    let x_bytes = m * k * floats;
     let block = if x_bytes > X_BEYOND_L3_BYTES && !simd::intel() {
         2 * BLOCK_BYTES
     } else {
