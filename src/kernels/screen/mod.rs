@@ -30,6 +30,7 @@
 #![allow(unsafe_code)]
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::parallel;
@@ -342,6 +343,15 @@ impl Screen {
             return (0..m).map(|_| None).collect();
         }
         let tiny = self.tiny();
+        // Each x row's best lower bound over every task so far. A task's own floor starts at
+        // minus infinity, and one over rarer tokens may never reach the others' on its own: on
+        // the real 270M model at batch 32 the task over the second half of the vocabulary spent
+        // about twice as long in the scan as the first half's, which then waited for it, and
+        // the head took 13 % less time a step with the floor shared (20 % at batch 128;
+        // docs/performance.md). Every lower bound is at most the final floor, so a row dropped
+        // by a floor from elsewhere is dropped by the final filter too: the lists are the same
+        // whatever the threads' timing.
+        let shared: Vec<SharedFloor> = (0..m).map(|_| SharedFloor::default()).collect();
         let parts = parallel::map_ranges(self.blocks.len(), 1, 1, 1, |blocks| {
             let mut dots = vec![0i32; m_pad * BLOCK_ROWS];
             let mut found: Vec<Found> = (0..m).map(|_| Found::default()).collect();
@@ -351,8 +361,14 @@ impl Screen {
                 let q = &self.q.bytes()[start * kp..(start + n.next_multiple_of(panel::ROWS)) * kp];
                 int8::dots(cpu, &u, m_pad, q, n, kp, &mut dots[..m_pad * n]);
                 let factors = block.factors();
-                for (i, (xr, f)) in xs.iter().zip(&mut found).enumerate() {
+                for (i, ((xr, f), shared)) in xs.iter().zip(&mut found).zip(&shared).enumerate() {
                     let Some(xr) = xr else { continue };
+                    let elsewhere = shared.get();
+                    if elsewhere > f.floor {
+                        f.floor = elsewhere;
+                        f.kept.retain(|&(_, h)| f64::from(h) >= elsewhere);
+                    }
+                    let known = f.floor;
                     let x = scan::XFactors {
                         abs: xr.abs,
                         l2: xr.l2,
@@ -374,6 +390,9 @@ impl Screen {
                             let floor = f.floor;
                             f.kept.retain(|&(_, h)| f64::from(h) >= floor);
                         }
+                    }
+                    if f.floor > known {
+                        shared.raise(f.floor);
                     }
                 }
             }
@@ -557,6 +576,43 @@ impl Screen {
     }
 }
 
+/// An x row's floor shared by the batched screen's tasks: an `f64` held as a `u64` whose order
+/// is the float's, so that raising it is one `fetch_max`. Only ever raised.
+struct SharedFloor(AtomicU64);
+
+impl Default for SharedFloor {
+    fn default() -> SharedFloor {
+        SharedFloor(AtomicU64::new(SharedFloor::key(f64::NEG_INFINITY)))
+    }
+}
+
+impl SharedFloor {
+    /// Negative floats (sign bit set) count down as their bits count up, so theirs are all
+    /// flipped; the rest only gain the top bit, to sort above them.
+    fn key(v: f64) -> u64 {
+        let bits = v.to_bits();
+        if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | 1 << 63
+        }
+    }
+
+    fn get(&self) -> f64 {
+        let key = self.0.load(Ordering::Relaxed);
+        f64::from_bits(if key >> 63 == 1 {
+            key & !(1 << 63)
+        } else {
+            !key
+        })
+    }
+
+    /// `v` must not be NaN.
+    fn raise(&self, v: f64) {
+        self.0.fetch_max(SharedFloor::key(v), Ordering::Relaxed);
+    }
+}
+
 /// One x row's progress through a task's blocks of the batched screen.
 struct Found {
     /// The best lower bound seen.
@@ -697,4 +753,41 @@ fn quantise_row_in(row: &[f32], q: &mut [u8]) -> Option<Quantised> {
         sq_err,
         sq_sum,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedFloor;
+
+    #[test]
+    fn a_shared_floor_orders_its_keys_as_the_floats_and_only_rises() {
+        let values = [
+            f64::NEG_INFINITY,
+            -f64::MAX,
+            -1.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            2.5,
+            f64::MAX,
+            f64::INFINITY,
+        ];
+        for pair in values.windows(2) {
+            assert!(
+                SharedFloor::key(pair[0]) < SharedFloor::key(pair[1]),
+                "{pair:?}"
+            );
+        }
+        let floor = SharedFloor::default();
+        assert_eq!(floor.get(), f64::NEG_INFINITY);
+        for (raise, want) in [(-3.0, -3.0), (-7.0, -3.0), (4.25, 4.25), (-0.0, 4.25)] {
+            floor.raise(raise);
+            assert_eq!(
+                floor.get().to_bits(),
+                f64::to_bits(want),
+                "after raising to {raise}"
+            );
+        }
+    }
 }

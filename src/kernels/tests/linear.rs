@@ -495,6 +495,45 @@ fn batched_screen_narrows_a_random_head_to_a_few_rows() {
 }
 
 #[test]
+fn batched_screen_lists_are_the_same_on_any_thread_count() {
+    // Several blocks of 2048 rows, so that each thread's task covers its own and raises the
+    // floor the others share. From the second block on the rows lean towards the x rows, so
+    // the task starting at the first keeps many of its rows unless another's floor comes first;
+    // whichever way the threads' timing goes, the lists must be the one-thread lists.
+    let (n, k, m) = (9000, 96, 11);
+    let mut rng = Rng::new(31);
+    let x = tensor(&[m, k], &mut rng, 2.0);
+    let mut values = rng.values(n * k, 0.5);
+    for j in 2048..n {
+        let i = j % m;
+        for (v, &b) in values[j * k..(j + 1) * k]
+            .iter_mut()
+            .zip(&x.data()[i * k..])
+        {
+            *v += b * 0.3;
+        }
+    }
+    let w = Weight::from_values(DType::BF16, vec![n, k], &values).expect("shape");
+    let screen = Screen::build(&w);
+    let y = linear(&x, &w).expect("valid");
+    for isa in [Isa::Portable, simd::isa()] {
+        let one = with_threads(1, || screen.candidates_many(isa, x.data(), m));
+        for (i, rows) in one.iter().enumerate() {
+            let rows = rows.as_deref().expect("finite x");
+            let scores = &y.data()[i * n..(i + 1) * n];
+            let every: Vec<usize> = (0..n).collect();
+            assert_eq!(argmax_among(scores, rows), argmax_among(scores, &every));
+        }
+        for t in 2..=4 {
+            for _ in 0..3 {
+                let many = with_threads(t, || screen.candidates_many(isa, x.data(), m));
+                assert_eq!(many, one, "{t} threads, {isa:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn screen_narrows_a_random_head_to_a_few_rows() {
     let (n, k) = (8192, 64);
     let mut rng = Rng::new(7);
