@@ -516,12 +516,12 @@ fn batched_screen_lists_are_the_same_on_any_thread_count() {
     let w = Weight::from_values(DType::BF16, vec![n, k], &values).expect("shape");
     let screen = Screen::build(&w);
     let y = linear(&x, &w).expect("valid");
+    let every: Vec<usize> = (0..n).collect();
     for isa in [Isa::Portable, simd::isa()] {
         let one = with_threads(1, || screen.candidates_many(isa, x.data(), m));
         for (i, rows) in one.iter().enumerate() {
             let rows = rows.as_deref().expect("finite x");
             let scores = &y.data()[i * n..(i + 1) * n];
-            let every: Vec<usize> = (0..n).collect();
             assert_eq!(argmax_among(scores, rows), argmax_among(scores, &every));
         }
         for t in 2..=4 {
