@@ -235,12 +235,8 @@ fn detect() -> Isa {
     Isa::Portable
 }
 
-/// Whether the CPU is Intel's (its CPUID vendor string), detected once. The one-row AVX-512
-/// `gemv` converts block scales in software there and with F16C elsewhere: one x row, in-process
-/// alternation, Emerald Rapids took 0.90-0.93 of F16C's time in software (F16C's conversion
-/// shares the shuffle port with the `gemv`'s table lookups), while an AMD EPYC (Zen 4) took
-/// 0.68-0.88 of software's time with F16C (Q8_0 and Q5_0 `[2048, 640]`, `[1024, 640]`,
-/// `[8192, 640]`; 1 and 2 threads). Both give the same value for every bit pattern.
+/// Whether the CPU is Intel's (its CPUID vendor string), detected once: the panel kernel's
+/// blocking was measured apart on Intel's and AMD's cores (`linear/panel.rs`).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn intel() -> bool {
     /// 0 = not detected yet, 1 = not Intel, 2 = Intel.

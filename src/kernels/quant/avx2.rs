@@ -56,8 +56,7 @@ pub(crate) trait Blocks {
     /// 113 -> 77 µs for one row of `[2048, 1024]`), in AVX-512 strips, and in the AVX2 few-row
     /// kernel since [`half_f16c`] stopped waiting on an accumulator (AVX2 code on an AMD EPYC,
     /// Zen 4, in-process alternation: Q8_0 and Q5_0 `[2048, 640]` at 4, 8 and 16 x rows took
-    /// 0.84-1.0 of software's time, Q4_K level). The AVX-512 `gemv` converts in software on
-    /// Intel, whose shuffle port its table lookups keep busy ([`crate::kernels::simd::intel`]).
+    /// 0.84-1.0 of software's time, Q4_K level), and in the AVX-512 `gemv` for the K formats.
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -654,8 +653,8 @@ mod tests {
         }
     }
 
-    /// The `gemv` paths pick the table, F16C or the software conversion by CPU vendor and
-    /// format, so all must give every scale the same bits.
+    /// The kernels pick the table, F16C or the software conversion by path and format, so all
+    /// must give every scale the same bits.
     #[test]
     fn table_and_f16c_scales_are_the_software_scales_for_every_bit_pattern() {
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {

@@ -237,12 +237,12 @@ impl Blocks512 for Q6K {
 /// to hide the multiply-add latency behind the decode.
 const ROWS: usize = 4;
 
-/// Rows at a time where the format's decode leaves the registers for it, outside Intel: a
-/// block's x vectors, loop and prefetch then serve eight rows. One x row against `[2048, 640]`,
-/// `[1024, 640]` and `[256, 640]` took 0.90-0.95 of the time in Q8_0, Q4_0, Q5_0 and Q4_K,
-/// and Q5_K was level; Q6_K, whose decode holds more registers, took 1.15 and keeps [`ROWS`]
-/// (AMD EPYC, Zen 5, 2 threads, `kernel_bench`, builds alternating). Intel's cores, which
-/// convert the scales in software, were not measured with it.
+/// Rows at a time where the format's decode leaves the registers for it: a block's x vectors,
+/// loop and prefetch then serve eight rows. One x row against `[2048, 640]`, `[1024, 640]` and
+/// `[256, 640]` took 0.90-0.95 of the time in Q8_0, Q4_0, Q5_0 and Q4_K, and Q5_K was level;
+/// Q6_K, whose decode holds more registers, took 1.15 and keeps [`ROWS`] (AMD EPYC, Zen 5, 2
+/// threads, `kernel_bench`, builds alternating). On an Intel Xeon (Emerald Rapids), with the
+/// scales from the table, one thread: Q5_0 `[2048, 640]` 0.86 of four rows' time, Q8_0 0.90.
 const WIDE_ROWS: usize = 8;
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
@@ -272,13 +272,17 @@ fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out
     let x = &x[..k];
     let row_bytes = k / elems * B::BYTES;
     let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
-    // Outside Intel, one f16 scale a block is read from a table ([`Blocks::prepare_table`]):
-    // one x row against `[2048, 640]` took 0.88 of F16C's time in Q5_0, 0.91 in Q8_0 and 0.81
-    // in Q4_0 (AMD EPYC, Zen 5, 2 threads, builds alternating). Intel's cores were not measured
-    // with it.
-    let halves = (!simd::intel()).then(halves);
+    // One f16 scale a block is read from a table ([`Blocks::prepare_table`]), the K formats'
+    // scales unpacked in vector registers with F16C. On an AMD EPYC (Zen 5, 2 threads, builds
+    // alternating) one x row against `[2048, 640]` took 0.88 of F16C's time in Q5_0, 0.91 in
+    // Q8_0 and 0.81 in Q4_0. On an Intel Xeon (Emerald Rapids, one thread, `kernel_bench`),
+    // against the scales converted in software, which that core once ran faster than F16C:
+    // Q5_0 `[2048, 640]` 0.91, Q8_0 0.80, Q4_K and Q6_K `[640, 2048]` 0.73 and 0.77 (and 0.79,
+    // 0.72 for Q5_0, Q8_0 with eight rows at a time); the real 270M file's batch-1 decode went
+    // from 68-70 to 77-79 tokens/s.
+    let halves = halves();
     let mut at = 0;
-    if halves.is_some() && B::WIDE {
+    if B::WIDE {
         at = rows_by::<B, WIDE_ROWS>(x, rows, row_bytes, at, out, halves);
     }
     at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out, halves);
@@ -294,7 +298,7 @@ fn rows_by<B: Blocks512, const R: usize>(
     row_bytes: usize,
     mut at: usize,
     out: &mut [f32],
-    halves: Option<&Halves>,
+    halves: &Halves,
 ) -> usize {
     for o in out[at..].chunks_exact_mut(R) {
         let w: [&[u8]; R] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
@@ -315,14 +319,13 @@ fn rows_by<B: Blocks512, const R: usize>(
 /// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`. `next` is
 /// where `R` rows still to come start (the rows are contiguous): while block `b` of each row is
 /// decoded, `R` blocks' worth of those rows is prefetched ([`simd::prefetch`]).
-/// `halves`: block scales read from the table or by F16C rather than converted in software
-/// (the same values).
+/// `halves`: the f16 table one-scale formats read their scales from.
 #[inline(always)]
 fn dots<B: Blocks512, const R: usize>(
     x: &[f32],
     w: [&[u8]; R],
     next: *const u8,
-    halves: Option<&Halves>,
+    halves: &Halves,
 ) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = x.len() / elems;
@@ -338,18 +341,9 @@ fn dots<B: Blocks512, const R: usize>(
     for b in 0..blocks {
         simd::prefetch(next.wrapping_add(b * step), step);
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
-        // On Intel the scales in software, not F16C: its three shuffle-port instructions a row
-        // and block (move in, convert, broadcast) compete with the table lookups, and integer
-        // work does not. One x row against Q5_0 `[2048, 640]`, `[640, 2048]` and `[1024, 640]`
-        // took 0.90-0.93 of the time, Q8_0 0.98 (Emerald Rapids, 1 and 2 threads, alternating
-        // call by call in one process). Elsewhere the table or F16C ([`simd::intel`]: an AMD
-        // EPYC, Zen 4, took 0.68-0.88 of software's time with F16C). Strips take F16C everywhere.
-        let shared: [B::Shared; R] = if let Some(halves) = halves {
-            // SAFETY: the callers enable AVX2, FMA and F16C.
-            std::array::from_fn(|r| unsafe { B::prepare_table(blk[r], halves) })
-        } else {
-            std::array::from_fn(|r| B::prepare(blk[r]))
-        };
+        // SAFETY: the callers enable AVX2, FMA and F16C.
+        let shared: [B::Shared; R] =
+            std::array::from_fn(|r| unsafe { B::prepare_table(blk[r], halves) });
         for g in 0..B::GROUPS {
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
