@@ -198,8 +198,19 @@ fn rms_norm_is_bit_identical_across_thread_counts() {
 fn rms_norm_of_many_rows_equals_each_row_alone() {
     // Rows are normed in interleaved groups; each must still get exactly its lone-row result.
     let mut rng = Rng::new(9);
-    for d in [1usize, 7, 256, 640] {
-        let x = tensor(&[19, d], &mut rng, 3.0);
+    for d in [1usize, 7, 13, 256, 640] {
+        let mut x = tensor(&[19, d], &mut rng, 3.0);
+        // Squares that overflow, underflow and are NaN, in some rows of the groups.
+        let extremes = [1e30f32, -2e20, 1e-30, 3e-39, f32::NAN, f32::INFINITY];
+        for (i, v) in x
+            .data_mut()
+            .iter_mut()
+            .enumerate()
+            .skip(d / 2)
+            .step_by(3 * d + 1)
+        {
+            *v = extremes[i % extremes.len()];
+        }
         let w = weight(DType::BF16, &[d], &mut rng, 0.5);
         let all = rms_norm(&x, &w, 1e-6, 1.0).expect("valid");
         for (r, row) in x.data().chunks_exact(d).enumerate() {
@@ -520,4 +531,46 @@ fn rejects_rope_non_positive_theta_or_scaling() {
         ),
         "{err:?}"
     );
+}
+
+#[test]
+fn rms_norm_adds_each_rows_squares_in_ascending_column_order() {
+    // 1 + 2⁻²⁴ is a tie that rounds down to 1 in f32; three squares of 2⁻⁵⁴ added after the 1
+    // are each lost in f64, but added before it they push the sum past the tie. So a sum taken
+    // in any order that puts one of them first gives another f32 mean, and another output.
+    let pattern = [
+        1.0f32,
+        2f32.powi(-12),
+        2f32.powi(-27),
+        2f32.powi(-27),
+        2f32.powi(-27),
+    ];
+    let sum = |order: &[f32]| order.iter().fold(0.0f64, |s, &v| s + f64::from(v * v)) as f32;
+    let mut reversed = pattern;
+    reversed.reverse();
+    assert_ne!(
+        sum(&pattern),
+        sum(&reversed),
+        "the pattern must depend on the order"
+    );
+    for d in [8usize, 13, 640] {
+        let rows = 19;
+        let mut values = vec![0.0f32; rows * d];
+        for r in 0..rows {
+            let at = (3 * r) % (d - pattern.len() + 1);
+            values[r * d + at..][..pattern.len()].copy_from_slice(&pattern);
+        }
+        let x = Tensor::new(vec![rows, d], values.clone()).expect("shape");
+        let w = Weight::from_f32(vec![d], &vec![0.0f32; d]).expect("shape");
+        let all = rms_norm(&x, &w, 0.0, 1.0).expect("valid");
+        for (r, row) in values.chunks_exact(d).enumerate() {
+            let inv = 1.0 / (sum(row) / d as f32).sqrt();
+            let want: Vec<u32> = row.iter().map(|&v| (v * inv).to_bits()).collect();
+            assert_eq!(
+                bits(&all)[r * d..(r + 1) * d].to_vec(),
+                want,
+                "row {r} of d {d}"
+            );
+        }
+    }
 }
