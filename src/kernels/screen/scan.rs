@@ -291,13 +291,16 @@ fn scan_avx512<const PREFILTER: bool>(
 /// Relative widening of the f32 upper bound: its computation rounds at most eight times
 /// (each by at most 2⁻²⁴ of values no larger than `|centre| + radius`), and the f64 interval's
 /// own [`MARGIN`] is 10⁻⁹; 2⁻¹⁶ covers both many times over.
+#[cfg(any(test, target_arch = "x86_64"))]
 const UPPER_SLACK: f32 = 1.0 / 65536.0;
 /// Absolute widening: covers products that underflow in f32 (each off by at most 2⁻¹⁴⁹,
 /// times at most 2³¹ for the integer dot product) where f64 would not.
+#[cfg(any(test, target_arch = "x86_64"))]
 const UPPER_ABSOLUTE: f32 = 1e-27;
 
 /// x's multipliers in f32 for the prefilter, each rounded up (they multiply nonnegative
 /// factors); the integer scale is an f32 already.
+#[cfg(any(test, target_arch = "x86_64"))]
 struct UpperF32 {
     abs: f32,
     l2: f32,
@@ -306,6 +309,7 @@ struct UpperF32 {
     tiny: f32,
 }
 
+#[cfg(any(test, target_arch = "x86_64"))]
 impl UpperF32 {
     fn new(x: XFactors) -> UpperF32 {
         UpperF32 {
@@ -332,6 +336,7 @@ fn upper_f32(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
 }
 
 /// The largest f32 at most `v` (`-inf` for `-inf`; NaN stays NaN).
+#[cfg(target_arch = "x86_64")]
 fn down(v: f64) -> f32 {
     let f = v as f32;
     if f64::from(f) > v {
