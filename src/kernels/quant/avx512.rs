@@ -243,7 +243,8 @@ const ROWS: usize = 4;
 /// Q6_K, whose decode holds more registers, took 1.15 and keeps [`ROWS`] (AMD EPYC, Zen 5, 2
 /// threads, `kernel_bench`, builds alternating). On an Intel Xeon (Emerald Rapids), with the
 /// scales from the table, one thread: Q5_0 `[2048, 640]` 0.86 of four rows' time, Q8_0 0.90,
-/// and Q6_K `[640, 2048]` 1.06 (156 against 147 µs).
+/// and Q6_K `[640, 2048]` 1.06 (156 against 147 µs). On an AMD EPYC (Zen 4), one thread, with
+/// Q6_K's scales inlined at last, eight Q6_K rows took 109-117 µs against four's 101.
 const WIDE_ROWS: usize = 8;
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
@@ -342,6 +343,10 @@ fn dots<B: Blocks512, const R: usize>(
     for b in 0..blocks {
         simd::prefetch(next.wrapping_add(b * step), step);
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
+        // The closure has none of the callers' target features, so whatever `prepare_table`
+        // calls with features must be one function (as `k_group_factors_f16c` is), or each of
+        // its intrinsics becomes a call (Q6_K ran at a third of its speed on Zen 4). Inlined
+        // here instead, Q4_K kept its accumulators in memory and was 1.1x slower.
         // SAFETY: the callers enable AVX2, FMA and F16C.
         let shared: [B::Shared; R] =
             std::array::from_fn(|r| unsafe { B::prepare_table(blk[r], halves) });
