@@ -12,6 +12,7 @@ mod deploy;
 mod exec;
 mod gguf;
 mod help;
+mod inlining;
 mod openai;
 mod reapproval;
 mod receipt;
