@@ -7,6 +7,8 @@
 //! them: the kept set is a superset of the rows that can win on every path.
 #![allow(unsafe_code)]
 
+#[cfg(target_arch = "x86_64")]
+use super::down;
 use super::up;
 use crate::kernels::simd::Cpu;
 
@@ -333,17 +335,6 @@ fn upper_f32(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
     let r = u.abs.mul_add(f.rounding[j], r) + u.tiny;
     let widen = (centre.abs() + r).mul_add(UPPER_SLACK, UPPER_ABSOLUTE);
     (centre + r) + widen
-}
-
-/// The largest f32 at most `v` (`-inf` for `-inf`; NaN stays NaN).
-#[cfg(target_arch = "x86_64")]
-fn down(v: f64) -> f32 {
-    let f = v as f32;
-    if f64::from(f) > v {
-        f.next_down()
-    } else {
-        f
-    }
 }
 
 /// Push `(first + l, high[l])` for each lane `l` set in `mask`. Out of line: a push may grow

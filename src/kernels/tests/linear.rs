@@ -413,6 +413,34 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
+    /// Batch 1's screen dismisses whole panels of sixteen rows by an f32 overestimate of their
+    /// bounds before any f64 interval: it keeps exactly the rows the intervals alone keep, near
+    /// ties, exact ties and non-finite rows included, at any scale of x and w (tiny ones make
+    /// the products underflow in f32).
+    #[test]
+    fn screen_panels_dismissed_in_f32_keep_the_rows_the_intervals_keep(
+        k in 1usize..80,
+        n in 16usize..1200,
+        mode in 0usize..4,
+        x_scale in prop::sample::select(vec![1e-30f32, 1e-3, 1.0, 2.0, 1e6]),
+        w_scale in prop::sample::select(vec![1e-20f32, 1.0, 1e5]),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let x = tensor(&[1, k], &mut rng, x_scale);
+        let rows: Vec<f32> = screen_rows(mode, n, k, &mut rng).iter().map(|v| v * w_scale).collect();
+        let w = Weight::from_values(DType::F32, vec![n, k], &rows).expect("shape");
+        let screen = Screen::build(&w);
+        for isa in [Isa::Portable, simd::isa()] {
+            let want = screen.candidates_unfiltered(isa, x.data());
+            prop_assert_eq!(screen.candidates(isa, x.data()), want, "{:?}", isa);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
     /// The batched screen (x rounded to 8-bit integers) keeps, for every x row of a batch, every
     /// row that can be its argmax, on both kernel paths and for any batch size (the integer
     /// tile's remainders included).
