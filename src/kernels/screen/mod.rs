@@ -310,10 +310,11 @@ impl Screen {
             for first in (blocks.start * BLOCK_ROWS..end).step_by(panel::ROWS) {
                 panel::centres(cpu, &xp, self.panel_of(first), &mut dots);
                 let last = (first + panel::ROWS).min(end);
-                if PREFILTER && last - first == panel::ROWS {
-                    if self.panel_below(&dots, first, &upper, down(floor)) {
-                        continue;
-                    }
+                if PREFILTER
+                    && last - first == panel::ROWS
+                    && self.panel_below(&dots, first, &upper, down(floor))
+                {
+                    continue;
                 }
                 for (row, &dot) in (first..last).zip(&dots) {
                     let (low, high) = self.interval(dot, norms, tiny, row);
