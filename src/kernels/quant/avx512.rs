@@ -190,9 +190,25 @@ impl Blocks512 for Q4K {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
-            let v = widen::<false>(Self::group_i8(b, g));
             // A multiply, then a subtract (never fused), as the scalar decoder does.
             let t = _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(0)), dm);
+            // Groups 2j and 2j + 1 are the low and high nibbles of the same 32 bytes. Each byte
+            // widens to a lane as it is, and a permute reads only an index's low four bits, so
+            // the low nibbles need no mask and the high ones one shift: no byte-wide unpacking
+            // and no narrow-to-wide extract, shuffles Zen 4's one-row decode was bound by.
+            let q = &b[16 + 32 * (g / 2)..][..32];
+            let wide = [
+                _mm512_cvtepu8_epi32(load16(&q[..16])),
+                _mm512_cvtepu8_epi32(load16(&q[16..])),
+            ];
+            let v = if g.is_multiple_of(2) {
+                wide
+            } else {
+                [
+                    _mm512_srli_epi32::<4>(wide[0]),
+                    _mm512_srli_epi32::<4>(wide[1]),
+                ]
+            };
             [
                 _mm512_permutexvar_ps(v[0], t),
                 _mm512_permutexvar_ps(v[1], t),
