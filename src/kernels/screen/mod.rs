@@ -756,20 +756,20 @@ fn quantise_block(
 
 /// `v` rounded up to an f32 (still an upper bound), as every factor is stored: half the
 /// bytes of f64 per row, 4 MiB on Gemma 3's head.
-/// The largest f32 at most `v` (`-inf` for `-inf`; NaN stays NaN).
-pub(super) fn down(v: f64) -> f32 {
+pub(super) fn up(v: f64) -> f32 {
     let f = v as f32;
-    if f64::from(f) > v {
-        f.next_down()
+    if f64::from(f) < v {
+        f.next_up()
     } else {
         f
     }
 }
 
-pub(super) fn up(v: f64) -> f32 {
+/// The largest f32 at most `v` (`-inf` for `-inf`; NaN stays NaN).
+pub(super) fn down(v: f64) -> f32 {
     let f = v as f32;
-    if f64::from(f) < v {
-        f.next_up()
+    if f64::from(f) > v {
+        f.next_down()
     } else {
         f
     }
