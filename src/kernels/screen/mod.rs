@@ -72,13 +72,15 @@ const ROUND_UP: f64 = 1e-10;
 /// Above this `Σ |x_i| · max |w|` a screened or exact sum could overflow f32; skip the screen.
 const OVERFLOW_GUARD: f64 = 1e36;
 
-/// Relative widening of [`Screen::panel_below`]'s f32 upper bound: it rounds at most seven
-/// times, each by at most 2⁻²⁴ of a value no larger than `|centre| + radius`, and the f64
-/// interval it stands for is widened by 10⁻⁹; 2⁻¹⁶ covers both many times over.
-const PANEL_SLACK: f32 = 1.0 / 65536.0;
-/// Absolute widening: products that underflow in f32 (each off by at most 2⁻¹⁴⁹) where f64's
-/// would not.
-const PANEL_ABSOLUTE: f32 = 1e-27;
+/// Relative widening of the f32 overestimates of a row's upper bound that dismiss rows before
+/// their f64 intervals ([`Screen::panel_below`], and the batched scan's prefilter): each
+/// rounds at most eight times, each by at most 2⁻²⁴ of a value no larger than
+/// `|centre| + radius`, and the f64 interval it stands for is widened by 10⁻⁹; 2⁻¹⁶ covers
+/// both many times over.
+const UPPER_SLACK: f32 = 1.0 / 65536.0;
+/// Absolute widening of the same: products that underflow in f32 (each off by at most 2⁻¹⁴⁹,
+/// times at most 2³¹ for the batched scan's integer dot product) where f64's would not.
+const UPPER_ABSOLUTE: f32 = 1e-27;
 
 /// One f32 x row's multipliers for [`Screen::panel_below`], each rounded up (they multiply
 /// nonnegative factors).
@@ -580,7 +582,7 @@ impl Screen {
 
     /// Whether all sixteen rows of the panel from `first` (inside one block) surely score
     /// below `floor`: each row's f32 overestimate of [`interval`](Self::interval)'s upper end,
-    /// `centre + radius` widened by [`PANEL_SLACK`] and [`PANEL_ABSOLUTE`], is below it. A
+    /// `centre + radius` widened by [`UPPER_SLACK`] and [`UPPER_ABSOLUTE`], is below it. A
     /// NaN or infinite bound (a row with a non-finite value) never is. Branch-free over the
     /// sixteen rows, so the compiler keeps it in vectors.
     fn panel_below(
@@ -599,7 +601,7 @@ impl Screen {
             let centre = dots[l] * scale[l];
             let quantised = (x.abs * max_err[l]).min(x.l2 * l2_err[l]);
             let radius = (quantised + x.abs * rounding[l]) + x.tiny;
-            let widen = (centre.abs() + radius) * PANEL_SLACK + PANEL_ABSOLUTE;
+            let widen = (centre.abs() + radius) * UPPER_SLACK + UPPER_ABSOLUTE;
             below &= (centre + radius) + widen < floor;
         }
         below

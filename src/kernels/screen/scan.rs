@@ -10,6 +10,8 @@
 #[cfg(target_arch = "x86_64")]
 use super::down;
 use super::up;
+#[cfg(any(test, target_arch = "x86_64"))]
+use super::{UPPER_ABSOLUTE, UPPER_SLACK};
 use crate::kernels::simd::Cpu;
 
 /// Relative margin on every radius: covers the few roundings of its own computation and of
@@ -289,16 +291,6 @@ fn scan_avx512<const PREFILTER: bool>(
     let tail = scan_rows(full..n, dots, f, x, floor, start, kept);
     tail.max(_mm512_reduce_max_pd(best))
 }
-
-/// Relative widening of the f32 upper bound: its computation rounds at most eight times
-/// (each by at most 2⁻²⁴ of values no larger than `|centre| + radius`), and the f64 interval's
-/// own [`MARGIN`] is 10⁻⁹; 2⁻¹⁶ covers both many times over.
-#[cfg(any(test, target_arch = "x86_64"))]
-const UPPER_SLACK: f32 = 1.0 / 65536.0;
-/// Absolute widening: covers products that underflow in f32 (each off by at most 2⁻¹⁴⁹,
-/// times at most 2³¹ for the integer dot product) where f64 would not.
-#[cfg(any(test, target_arch = "x86_64"))]
-const UPPER_ABSOLUTE: f32 = 1e-27;
 
 /// x's multipliers in f32 for the prefilter, each rounded up (they multiply nonnegative
 /// factors); the integer scale is an f32 already.
