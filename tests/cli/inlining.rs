@@ -10,23 +10,22 @@ use std::process::Command;
 /// The per-vector helpers of `src/kernels/quant/avx2.rs` and `avx512.rs`. The per-block ones
 /// (`k_group_factors_f16c`, `q6_k_scales_f16c`) may be calls: one a block is cheap.
 const PER_VECTOR: &[&str] = &[
-    "affine",
-    "affine4",
+    "broadcast16",
     "from_minus",
+    "from_top",
     "half_f16c",
     "load16",
     "load32",
     "load_u32",
-    "nibble_bytes",
     "nibbles",
     "nibbles32",
-    "q4_0_bytes",
-    "q5_0_bytes",
-    "q8_0_bytes",
+    "q5_0_clear",
+    "q5_k_bytes",
+    "q6_k_bytes",
     "scaled",
+    "top_controls",
+    "tops",
     "widen",
-    "widen_i8",
-    "widen_u8",
 ];
 
 #[test]

@@ -5,17 +5,15 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_broadcastsd_pd, _mm256_castpd_ps,
-    _mm256_castsi128_si256, _mm256_castsi256_si128, _mm256_cmpeq_epi32, _mm256_cmpeq_epi8,
-    _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_extracti128_si256,
-    _mm256_inserti128_si256, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32,
-    _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi8,
-    _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_sllv_epi32, _mm256_srl_epi16, _mm256_srli_epi16, _mm256_storeu_ps, _mm256_sub_epi32,
-    _mm256_sub_epi8, _mm256_sub_ps, _mm_and_si128, _mm_blend_epi32, _mm_castps_pd, _mm_cvtph_ps,
-    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64, _mm_loadu_si128, _mm_or_si128,
+    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_blend_epi32, _mm256_broadcastsd_pd,
+    _mm256_broadcastsi128_si256, _mm256_castpd_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps,
+    _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi8,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_srl_epi16,
+    _mm256_storeu_ps, _mm256_sub_epi8, _mm256_sub_ps, _mm_and_si128, _mm_blend_epi32,
+    _mm_castps_pd, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_or_si128,
     _mm_set1_epi8, _mm_setr_epi32, _mm_setr_epi8, _mm_shuffle_epi32, _mm_shuffle_epi8,
-    _mm_srli_epi16, _mm_srli_epi32, _mm_srli_si128, _mm_srlv_epi32,
+    _mm_srli_epi32, _mm_srli_si128, _mm_srlv_epi32,
 };
 
 use super::{decode_block, for_blocks, half, k_group_factors, Halves};
@@ -75,19 +73,44 @@ pub(crate) trait Blocks {
         // SAFETY: the caller guarantees AVX2 and F16C.
         unsafe { Self::prepare_f16c(b) }
     }
-    /// Elements `32 g .. 32 g + 32` of block `b`.
+    /// Elements `32 g .. 32 g + 32` of block `b`: [`Blocks::halves`]' integers, widened by
+    /// [`tops`] and scaled by [`Blocks::factors`].
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
-    unsafe fn group(b: &[u8], shared: &Self::Shared, g: usize) -> [__m256; 4];
+    #[inline(always)]
+    unsafe fn group(b: &[u8], shared: &Self::Shared, g: usize) -> [__m256; 4] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let [lo, hi] = Self::halves(b, g);
+            from_top(tops(lo, hi), Self::factors(shared, g), Self::AFFINE)
+        }
+    }
     /// Whether a value is `ds * q - dm` (the K formats with minimums) rather than `ds * q`.
     const AFFINE: bool = false;
-    /// Group `g`'s 32 integers `q` (element order, one signed byte each), which
-    /// [`Blocks::factors`] turn into its values.
+    /// Whether the one-row `gemv` takes this format's weight rows one at a time rather than
+    /// two ([`super::gemv`]).
+    const ONE_ROW: bool = false;
+    /// Group `g`'s 32 integers `q` (one signed byte each) as [`tops`] takes them: elements
+    /// 0-15 in both halves of the first vector, 16-31 in both halves of the second. Built from
+    /// two broadcast loads, with no shuffle across the halves.
     ///
     /// # Safety
     /// The CPU must support AVX2.
-    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i;
+    unsafe fn halves(b: &[u8], g: usize) -> [__m256i; 2];
+    /// Group `g`'s 32 integers `q` in element order, which [`Blocks::factors`] turn into its
+    /// values: by default [`Blocks::halves`]' first half and second half.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[inline(always)]
+    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let [lo, hi] = Self::halves(b, g);
+            _mm256_blend_epi32::<0b1111_0000>(lo, hi)
+        }
+    }
     /// `(ds, dm)` of group `g`'s first and last sixteen elements: each value is `ds * q`, then
     /// less `dm` if [`Blocks::AFFINE`] (a multiply, then a subtract), the values
     /// [`Blocks::group`] gives.
@@ -212,23 +235,69 @@ fn scaled(q: __m256i, d: __m256) -> __m256 {
     _mm256_mul_ps(d, _mm256_cvtepi32_ps(q))
 }
 
-/// Eight values `ds * q - dm`: a multiply, then a subtract (never fused).
+/// `1 / 2^24`: what a scale is multiplied by to meet [`widen_top`]'s values, which are `q · 2^24`.
+const UNTOP: f32 = 1.0 / 16_777_216.0;
+
+/// The `vpshufb` controls of [`tops`]: `[0]` puts bytes 0-7 of the sixteen in both halves of a
+/// vector into the top byte of one 32-bit lane each (the other three bytes zero), `[1]` bytes
+/// 8-15.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn affine(q: __m256i, ds: __m256, dm: __m256) -> __m256 {
-    _mm256_sub_ps(_mm256_mul_ps(ds, _mm256_cvtepi32_ps(q)), dm)
+fn top_controls() -> [__m256i; 2] {
+    const Z: i8 = -128;
+    [
+        _mm256_setr_epi8(
+            Z, Z, Z, 0, Z, Z, Z, 1, Z, Z, Z, 2, Z, Z, Z, 3, Z, Z, Z, 4, Z, Z, Z, 5, Z, Z, Z, 6, Z,
+            Z, Z, 7,
+        ),
+        _mm256_setr_epi8(
+            Z, Z, Z, 8, Z, Z, Z, 9, Z, Z, Z, 10, Z, Z, Z, 11, Z, Z, Z, 12, Z, Z, Z, 13, Z, Z, Z,
+            14, Z, Z, Z, 15,
+        ),
+    ]
 }
 
-/// [`affine`] of four vectors.
+/// The 32 signed bytes of `lo` and `hi` (each holding sixteen consecutive ones in both
+/// halves: elements 0-15 and 16-31) as four vectors of eight consecutive values, each `q ·
+/// 2^24`, exact. A byte moved to the top of its lane by one in-lane shuffle is already
+/// sign-extended, times 2^24: AVX2's widening (`vpmovsxbd`) is two micro-ops on the shuffle
+/// pipes of AMD's Zen 3, where it bound the one-row decode, and this is one.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn affine4(q: [__m256i; 4], ds: __m256, dm: __m256) -> [__m256; 4] {
+fn tops(lo: __m256i, hi: __m256i) -> [__m256; 4] {
+    let [t0, t1] = top_controls();
     [
-        affine(q[0], ds, dm),
-        affine(q[1], ds, dm),
-        affine(q[2], ds, dm),
-        affine(q[3], ds, dm),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(lo, t0)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(lo, t1)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(hi, t0)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(hi, t1)),
     ]
+}
+
+/// The values of [`tops`]' `q · 2^24` with the factors `[(ds, dm); 2]` of the first and
+/// last sixteen: `(ds / 2^24) · (q · 2^24)`, then less `dm` if `affine`. `ds / 2^24` is exact
+/// (a block's nonzero `ds` is at least 2^-24, f16's least), so each product is the real number
+/// `ds · q` rounded once: the bits of `ds · q`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn from_top(v: [__m256; 4], f: [(f32, f32); 2], affine: bool) -> [__m256; 4] {
+    let d = [
+        _mm256_set1_ps(f[0].0 * UNTOP),
+        _mm256_set1_ps(f[1].0 * UNTOP),
+    ];
+    let mut out = [
+        _mm256_mul_ps(d[0], v[0]),
+        _mm256_mul_ps(d[0], v[1]),
+        _mm256_mul_ps(d[1], v[2]),
+        _mm256_mul_ps(d[1], v[3]),
+    ];
+    if affine {
+        let m = [_mm256_set1_ps(f[0].1), _mm256_set1_ps(f[1].1)];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = _mm256_sub_ps(*o, m[i / 2]);
+        }
+    }
+    out
 }
 
 /// `$body` with `$B` the [`Blocks`] type of block format `$dtype`, or `$floats` (bound to the
@@ -293,161 +362,97 @@ pub(crate) struct Q4K;
 pub(crate) struct Q5K;
 pub(crate) struct Q6K;
 
-/// `factors` and `group_i8` of a format with one scale per block of 32, its `q` made by the
-/// function `$q`.
+/// `factors` of a format with one scale per block of 32.
 macro_rules! one_group {
-    ($q:ident) => {
+    () => {
         #[inline(always)]
         fn factors(d: &f32, _g: usize) -> [(f32, f32); 2] {
             [(*d, 0.0); 2]
         }
-        #[inline(always)]
-        unsafe fn group_i8(b: &[u8], _g: usize) -> __m256i {
-            // SAFETY: the caller guarantees AVX2.
-            unsafe { $q(b) }
-        }
     };
-}
-
-/// Q8_0's 32 values.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn q8_0_bytes(b: &[u8]) -> __m256i {
-    load32(&b[2..34])
 }
 
 impl Blocks for Q8_0 {
     const BYTES: usize = 34;
     const GROUPS: usize = 1;
     one_f16_scale!();
-    one_group!(q8_0_bytes);
+    one_group!();
     #[inline(always)]
-    unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
-        let q = &b[2..34];
-        // SAFETY: the caller guarantees AVX2; each load reads 8 of `q`'s 32 bytes. (No
-        // `array::from_fn` or `map` here or below: their closures run inside a generic function
-        // compiled without these features, which cannot inline them; measured, each vector
-        // then costs a call.)
-        unsafe {
-            let d = _mm256_set1_ps(*d);
-            let at = |i: usize| q.as_ptr().add(8 * i).cast::<__m128i>();
-            let (q0, q1) = (_mm_loadl_epi64(at(0)), _mm_loadl_epi64(at(1)));
-            let (q2, q3) = (_mm_loadl_epi64(at(2)), _mm_loadl_epi64(at(3)));
-            [
-                scaled(_mm256_cvtepi8_epi32(q0), d),
-                scaled(_mm256_cvtepi8_epi32(q1), d),
-                scaled(_mm256_cvtepi8_epi32(q2), d),
-                scaled(_mm256_cvtepi8_epi32(q3), d),
-            ]
-        }
+    unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { [broadcast16(&b[2..18]), broadcast16(&b[18..34])] }
     }
-}
-
-/// The 32 nibbles of 16 bytes in element order (low nibbles, then high), widened to i32 lanes.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn nibbles32(qs: &[u8]) -> [__m256i; 4] {
-    let raw = load16(qs);
-    let mask = _mm256_set1_epi32(0x0f);
-    let lo = _mm256_cvtepu8_epi32(raw);
-    let lo2 = _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(raw));
-    [
-        _mm256_and_si256(lo, mask),
-        _mm256_and_si256(lo2, mask),
-        _mm256_srli_epi16::<4>(lo),
-        _mm256_srli_epi16::<4>(lo2),
-    ]
-}
-
-/// The 32 nibbles of 16 bytes in element order (low nibbles, then high), one byte each.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn nibble_bytes(qs: &[u8]) -> __m256i {
-    let raw = load16(qs);
-    let both = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(raw), _mm_srli_epi16::<4>(raw));
-    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
-}
-
-/// Q4_0's 32 values less 8, one signed byte each.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn q4_0_bytes(b: &[u8]) -> __m256i {
-    _mm256_sub_epi8(nibble_bytes(&b[2..18]), _mm256_set1_epi8(8))
+    #[inline(always)]
+    unsafe fn group_i8(b: &[u8], _g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { load32(&b[2..34]) }
+    }
 }
 
 impl Blocks for Q4_0 {
     const BYTES: usize = 18;
     const GROUPS: usize = 1;
     one_f16_scale!();
-    one_group!(q4_0_bytes);
+    one_group!();
     #[inline(always)]
-    unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
+    unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let (d, eight) = (_mm256_set1_ps(*d), _mm256_set1_epi32(8));
-            let q = nibbles32(&b[2..18]);
+            // Byte i holds element i (low nibble) and element 16 + i (high).
+            let qs = broadcast16(&b[2..18]);
+            let eight = _mm256_set1_epi8(8);
             [
-                scaled(_mm256_sub_epi32(q[0], eight), d),
-                scaled(_mm256_sub_epi32(q[1], eight), d),
-                scaled(_mm256_sub_epi32(q[2], eight), d),
-                scaled(_mm256_sub_epi32(q[3], eight), d),
+                _mm256_sub_epi8(nibbles(qs, 0), eight),
+                _mm256_sub_epi8(nibbles(qs, 4), eight),
             ]
         }
     }
 }
 
-/// Q5_0's 32 values less 16, one signed byte each: the nibbles, and bit `i` of the u32 `qh`
-/// as element `i`'s 16.
+/// Where bit `i % 16` of the u16 `qh16` (in both halves of a vector, as `(qh16 & 0xff)` in
+/// bytes 0-7 and `qh16 >> 8` in bytes 8-15, by [`Q5_0`]'s spreads) is clear, the byte `0xf0`;
+/// else zero.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn q5_0_bytes(b: &[u8]) -> __m256i {
-    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
-    // Byte i takes byte i / 8 of qh, then tests its bit i % 8.
-    let spread = _mm256_shuffle_epi8(
-        qh,
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
-            3, 3, 3,
-        ),
-    );
+fn q5_0_clear(spread: __m256i) -> __m256i {
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    let fifth = _mm256_and_si256(set, _mm256_set1_epi8(16));
-    let q = _mm256_or_si256(nibble_bytes(&b[6..22]), fifth);
-    _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+    let clear = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256());
+    _mm256_and_si256(clear, _mm256_set1_epi8(-16))
 }
 
 impl Blocks for Q5_0 {
     const BYTES: usize = 22;
     const GROUPS: usize = 1;
+    const ONE_ROW: bool = true;
     one_f16_scale!();
-    one_group!(q5_0_bytes);
+    one_group!();
     #[inline(always)]
-    unsafe fn group(b: &[u8], d: &f32, _g: usize) -> [__m256; 4] {
+    unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let d = _mm256_set1_ps(*d);
+            let qs = broadcast16(&b[6..22]);
             let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
-            let sixteen = _mm256_set1_epi32(16);
-            let q = nibbles32(&b[6..22]);
-            // Bits 8i..8i + 8 of qh, one per lane: lane l of vector i tests bit 8i + l.
-            let lane = _mm256_sllv_epi32(
-                _mm256_set1_epi32(1),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
-            let masks = [
-                lane,
-                _mm256_slli_epi32::<8>(lane),
-                _mm256_slli_epi32::<16>(lane),
-                _mm256_slli_epi32::<24>(lane),
-            ];
-            let mut out = [_mm256_setzero_ps(); 4];
-            for i in 0..4 {
-                let set = _mm256_cmpeq_epi32(_mm256_and_si256(qh, masks[i]), masks[i]);
-                let fifth = _mm256_and_si256(set, sixteen);
-                out[i] = scaled(_mm256_sub_epi32(_mm256_or_si256(q[i], fifth), sixteen), d);
-            }
-            out
+            // Bit i of qh is element i's 16. Each byte takes the byte of qh that holds its bit;
+            // where the bit is clear, the value is the nibble less 16: the nibble with the top
+            // four bits set, one `or`.
+            let lo = q5_0_clear(_mm256_shuffle_epi8(
+                qh,
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
+                    1, 1, 1, 1, 1, 1,
+                ),
+            ));
+            let hi = q5_0_clear(_mm256_shuffle_epi8(
+                qh,
+                _mm256_setr_epi8(
+                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                    3, 3, 3, 3, 3, 3,
+                ),
+            ));
+            [
+                _mm256_or_si256(nibbles(qs, 0), lo),
+                _mm256_or_si256(nibbles(qs, 4), hi),
+            ]
         }
     }
 }
@@ -458,34 +463,6 @@ impl Blocks for Q5_0 {
 pub(super) fn nibbles(v: __m256i, shift: i32) -> __m256i {
     let shifted = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
     _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
-}
-
-/// The four groups of eight bytes of `v` widened to i32 lanes (signed).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn widen_i8(v: __m256i) -> [__m256i; 4] {
-    let lo = _mm256_castsi256_si128(v);
-    let hi = _mm256_extracti128_si256::<1>(v);
-    [
-        _mm256_cvtepi8_epi32(lo),
-        _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)),
-        _mm256_cvtepi8_epi32(hi),
-        _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)),
-    ]
-}
-
-/// The four groups of eight bytes of `v` widened to i32 lanes (unsigned).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn widen_u8(v: __m256i) -> [__m256i; 4] {
-    let lo = _mm256_castsi256_si128(v);
-    let hi = _mm256_extracti128_si256::<1>(v);
-    [
-        _mm256_cvtepu8_epi32(lo),
-        _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(lo)),
-        _mm256_cvtepu8_epi32(hi),
-        _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(hi)),
-    ]
 }
 
 /// What Q4_K and Q5_K share: [`k_group_factors`]' pairs (scalar, or unpacked in vector
@@ -505,14 +482,6 @@ macro_rules! k_group_scales {
         }
         const AFFINE: bool = true;
         #[inline(always)]
-        unsafe fn group(b: &[u8], f: &[f32; 16], g: usize) -> [__m256; 4] {
-            // SAFETY: the caller guarantees AVX2.
-            unsafe {
-                let (ds, dm) = (_mm256_set1_ps(f[2 * g]), _mm256_set1_ps(f[2 * g + 1]));
-                affine4(widen_u8(Self::group_i8(b, g)), ds, dm)
-            }
-        }
-        #[inline(always)]
         fn factors(f: &[f32; 16], g: usize) -> [(f32, f32); 2] {
             [(f[2 * g], f[2 * g + 1]); 2]
         }
@@ -524,10 +493,35 @@ impl Blocks for Q4K {
     const GROUPS: usize = 8;
     k_group_scales!();
     #[inline(always)]
+    unsafe fn halves(b: &[u8], g: usize) -> [__m256i; 2] {
+        let q = &b[16 + 32 * (g / 2)..][..32];
+        let shift = 4 * (g as i32 % 2);
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            [
+                nibbles(broadcast16(&q[..16]), shift),
+                nibbles(broadcast16(&q[16..]), shift),
+            ]
+        }
+    }
+    #[inline(always)]
     unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
         // SAFETY: the caller guarantees AVX2.
         unsafe { nibbles(load32(&b[16 + 32 * (g / 2)..]), 4 * (g as i32 % 2)) }
     }
+}
+
+/// Q5_K's group `g` from its low bits' bytes `ql` and the high bits' `qh` (the same positions
+/// of both).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q5_k_bytes(ql: __m256i, qh: __m256i, g: usize) -> __m256i {
+    let low = nibbles(ql, 4 * (g as i32 % 2));
+    let bit = _mm256_and_si256(
+        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)),
+        _mm256_set1_epi8(1),
+    );
+    _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit))
 }
 
 impl Blocks for Q5K {
@@ -535,18 +529,37 @@ impl Blocks for Q5K {
     const GROUPS: usize = 8;
     k_group_scales!();
     #[inline(always)]
-    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
+    unsafe fn halves(b: &[u8], g: usize) -> [__m256i; 2] {
+        let (ql, qh) = (&b[48 + 32 * (g / 2)..][..32], &b[16..48]);
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let low = nibbles(load32(&b[48 + 32 * (g / 2)..]), 4 * (g as i32 % 2));
-            let qh = load32(&b[16..48]);
-            let bit = _mm256_and_si256(
-                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)),
-                _mm256_set1_epi8(1),
-            );
-            _mm256_or_si256(low, _mm256_slli_epi16::<4>(bit))
+            [
+                q5_k_bytes(broadcast16(&ql[..16]), broadcast16(&qh[..16]), g),
+                q5_k_bytes(broadcast16(&ql[16..]), broadcast16(&qh[16..]), g),
+            ]
         }
     }
+    #[inline(always)]
+    unsafe fn group_i8(b: &[u8], g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { q5_k_bytes(load32(&b[48 + 32 * (g / 2)..]), load32(&b[16..48]), g) }
+    }
+}
+
+/// Q6_K's group `c` (its 32 values less 32) from its low bits' bytes `ql` and the high bits'
+/// `qh` (the same positions of both).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q6_k_bytes(ql: __m256i, qh: __m256i, c: usize) -> __m256i {
+    let s = c % 4;
+    let low = nibbles(ql, 4 * (s as i32 / 2));
+    let high = _mm256_and_si256(
+        _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32)),
+        _mm256_set1_epi8(3),
+    );
+    let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
+    // 0..63 less 32 fits a signed byte.
+    _mm256_sub_epi8(q, _mm256_set1_epi8(32))
 }
 
 impl Blocks for Q6K {
@@ -565,32 +578,27 @@ impl Blocks for Q6K {
         unsafe { q6_k_scales_f16c(b) }
     }
     #[inline(always)]
-    unsafe fn group(b: &[u8], ds: &[f32; 16], c: usize) -> [__m256; 4] {
+    unsafe fn halves(b: &[u8], c: usize) -> [__m256i; 2] {
+        let (h, s) = (c / 4, c % 4);
+        let (ql, qh) = (&b[64 * h + 32 * (s % 2)..][..32], &b[128 + 32 * h..][..32]);
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let v = widen_i8(Self::group_i8(b, c));
-            let (d0, d1) = (_mm256_set1_ps(ds[2 * c]), _mm256_set1_ps(ds[2 * c + 1]));
             [
-                scaled(v[0], d0),
-                scaled(v[1], d0),
-                scaled(v[2], d1),
-                scaled(v[3], d1),
+                q6_k_bytes(broadcast16(&ql[..16]), broadcast16(&qh[..16]), c),
+                q6_k_bytes(broadcast16(&ql[16..]), broadcast16(&qh[16..]), c),
             ]
         }
     }
     #[inline(always)]
     unsafe fn group_i8(b: &[u8], c: usize) -> __m256i {
+        let (h, s) = (c / 4, c % 4);
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let (h, s) = (c / 4, c % 4);
-            let low = nibbles(load32(&b[64 * h + 32 * (s % 2)..]), 4 * (s as i32 / 2));
-            let high = _mm256_and_si256(
-                _mm256_srl_epi16(load32(&b[128 + 32 * h..]), _mm_cvtsi32_si128(2 * s as i32)),
-                _mm256_set1_epi8(3),
-            );
-            let q = _mm256_or_si256(low, _mm256_slli_epi16::<4>(high));
-            // 0..63 less 32 fits a signed byte.
-            _mm256_sub_epi8(q, _mm256_set1_epi8(32))
+            q6_k_bytes(
+                load32(&b[64 * h + 32 * (s % 2)..]),
+                load32(&b[128 + 32 * h..]),
+                c,
+            )
         }
     }
     #[inline(always)]
@@ -606,6 +614,13 @@ pub(super) fn load32(b: &[u8]) -> __m256i {
     let b = &b[..32];
     // SAFETY: `b` holds exactly 32 bytes (one unaligned load).
     unsafe { _mm256_loadu_si256(b.as_ptr().cast::<__m256i>()) }
+}
+
+/// Bytes `b[..16]` in both halves of a vector (one broadcast load).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn broadcast16(b: &[u8]) -> __m256i {
+    _mm256_broadcastsi128_si256(load16(b))
 }
 
 /// Bytes `b[..16]` as one vector.
@@ -660,6 +675,44 @@ mod tests {
             let vector = unsafe { <Q6K as Blocks>::prepare_f16c(&q6k) };
             for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
                 assert!(same(s, v), "Q6_K bits {bits:#06x} scale {i}");
+            }
+        }
+    }
+
+    /// A group's values come from `(ds / 2^24) · (q · 2^24)` ([`from_top`]), which is `ds · q`
+    /// only if `ds / 2^24` is exact: every f16 bit pattern as a block's scale (and as Q4_K's
+    /// and Q5_K's minimum's), with every level present, decodes to the scalar decoder's bits.
+    #[test]
+    fn values_through_the_top_byte_are_the_scalar_ones_for_every_f16_scale() {
+        if !(std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c"))
+        {
+            return;
+        }
+        for dtype in DType::ALL.into_iter().filter(|d| d.is_quantized()) {
+            let size = dtype.block_bytes();
+            // Bytes that run through every value; the scales are written over them below.
+            let mut block: Vec<u8> = (0..size).map(|i| (i * 37 + 11) as u8).collect();
+            let n = dtype.block_elems();
+            let (mut scalar, mut vector) = (vec![0.0f32; n], vec![0.0f32; n]);
+            for bits in 0..=u16::MAX {
+                let scale = bits.to_le_bytes();
+                let other = bits.rotate_left(5).to_le_bytes();
+                match dtype {
+                    DType::Q6_K => block[208..210].copy_from_slice(&scale),
+                    DType::Q4_K | DType::Q5_K => {
+                        block[0..2].copy_from_slice(&scale);
+                        block[2..4].copy_from_slice(&other);
+                    }
+                    _ => block[0..2].copy_from_slice(&scale),
+                }
+                super::super::read(dtype, &block, 0, &mut scalar);
+                // SAFETY: AVX2, FMA and F16C detected above.
+                unsafe { read_avx2(dtype, &block, 0, &mut vector) };
+                for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
+                    assert!(same(s, v), "{dtype} scale {bits:#06x} element {i}: {s} {v}");
+                }
             }
         }
     }

@@ -19,8 +19,13 @@ use super::avx2::{by_format, Blocks};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
 
-/// Weight rows whose accumulators stay in registers together (8 of the 16 ymm registers).
-const ROWS: usize = 4;
+/// Weight rows one x row meets at a time, where a format's decode is short: two rows' four
+/// accumulators and their decodes in the 16 ymm registers. Four rows spilled accumulators to
+/// the stack, and each multiply-add then waited on a store and a load; Q5_0, whose decode is
+/// the longest, runs best one row at a time ([`Blocks::ONE_ROW`]): more blocks' decodes fit in
+/// the out-of-order window (AMD EPYC, Zen 3, 2 threads, one x row against `[2048, 640]`: Q5_0
+/// 33 GFLOP/s one row at a time against 29-30 two; Q8_0 53 against 35; Q4_K level).
+const ROWS: usize = 2;
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
 /// for a float dtype. Callers outside this module's features call it only after detecting AVX2,
@@ -49,22 +54,32 @@ fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &
     let x = &x[..k];
     let row_bytes = k / elems * B::BYTES;
     let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
-    let mut chunks = out.chunks_exact_mut(ROWS);
     let mut at = 0;
-    for o in &mut chunks {
-        let w: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
-        let next = rows.as_ptr().wrapping_add((at + ROWS) * row_bytes);
-        for (o, lanes) in o.iter_mut().zip(dots::<B, ROWS>(x, w, next)) {
+    if !B::ONE_ROW {
+        at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out);
+    }
+    rows_by::<B, 1>(x, rows, row_bytes, at, out);
+}
+
+/// Rows `at..` of `rows` (each `row_bytes` long) into `out[at..]`, `R` at a time while `R` are
+/// left; returns the first row not done.
+#[inline(always)]
+fn rows_by<B: Blocks, const R: usize>(
+    x: &[f32],
+    rows: &[u8],
+    row_bytes: usize,
+    mut at: usize,
+    out: &mut [f32],
+) -> usize {
+    for o in out[at..].chunks_exact_mut(R) {
+        let w: [&[u8]; R] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
+        let next = rows.as_ptr().wrapping_add((at + R) * row_bytes);
+        for (o, lanes) in o.iter_mut().zip(dots::<B, R>(x, w, next)) {
             *o = simd::reduce_lanes(&lanes);
         }
-        at += ROWS;
+        at += R;
     }
-    for o in chunks.into_remainder() {
-        let next = rows.as_ptr().wrapping_add((at + 1) * row_bytes);
-        let lanes = dots::<B, 1>(x, [&rows[at * row_bytes..][..row_bytes]], next);
-        *o = simd::reduce_lanes(&lanes[0]);
-        at += 1;
-    }
+    at
 }
 
 /// The 16 lane sums of `x · w[r]` for `R` rows of whole blocks, each as long as `x`. `next` is

@@ -632,7 +632,12 @@ impl Screen {
             .sum::<f64>()
             .sqrt()
             * (1.0 + ROUND_UP);
-        if x_abs == 0.0 || x_abs * self.max_abs.max(1.0) >= OVERFLOW_GUARD {
+        // The AVX2 centres sum levels scaled by `CENTRES_HEADROOM` ([`panel::centres`]).
+        let scaled = x_abs * f64::from(QMAX) * panel::CENTRES_HEADROOM;
+        if x_abs == 0.0
+            || x_abs * self.max_abs.max(1.0) >= OVERFLOW_GUARD
+            || scaled >= OVERFLOW_GUARD
+        {
             return None;
         }
         Some((x_abs, x_l2))

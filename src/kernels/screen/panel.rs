@@ -237,39 +237,77 @@ unsafe fn centres_many_avx512<const R: usize>(
     }
 }
 
-/// [`centres`] on AVX2: as on AVX-512, in eighths of a group (two rows' four elements).
+/// What [`centres_avx2`]'s sums are scaled by before their last step: its levels are `q ·
+/// 2^24`. `Σ |x_i| · 127` times this stays below f32's largest value for every x the screen
+/// covers (`Screen::x_norms`), so no sum overflows; the scaled sums are the unscaled ones'
+/// exactly except where a product would have been subnormal, which scaled up loses less.
+pub(super) const CENTRES_HEADROOM: f64 = 16_777_216.0;
+
+/// [`centres`] on AVX2: the same lanes and the same order of additions as on AVX-512, each
+/// lane a row's element `t % 4`. A level reaches its 32-bit lane by one in-lane byte shuffle
+/// into the lane's top byte, which makes it `q · 2^24` and keeps its sign; `vpmovsxbd`, the
+/// widening it replaces, is two micro-ops on the shuffle pipes of AMD's Zen 3 and bound batch
+/// 1's pass over the screen there. The four sums of a row are scaled back by `2^-24` once.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn centres_avx2(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
     use std::arch::x86_64::{
-        __m128i, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_fmadd_ps, _mm256_set_m128,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm_loadl_epi64, _mm_loadu_ps, _mm_prefetch,
-        _mm_set1_epi8, _mm_xor_si128, _MM_HINT_T0,
+        __m256i, _mm256_broadcast_ps, _mm256_castps256_ps128, _mm256_cvtepi32_ps,
+        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_set1_epi8,
+        _mm256_setr_epi8, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_xor_si256, _mm_prefetch,
+        _mm_storeu_ps, _MM_HINT_T0,
     };
-    const EIGHTHS: usize = GROUP_BYTES / 8;
-    let mut acc = [_mm256_setzero_ps(); EIGHTHS];
-    let flip = _mm_set1_epi8(FLIP as i8);
+    const Z: i8 = -128;
+    // Control `c` moves row `c`'s four bytes of each half (rows c and c + 4 of the eight a
+    // 32-byte load holds) into the top bytes of that half's four lanes.
+    let control = |c: i8| {
+        let (a, b, d, e) = (4 * c, 4 * c + 1, 4 * c + 2, 4 * c + 3);
+        _mm256_setr_epi8(
+            Z, Z, Z, a, Z, Z, Z, b, Z, Z, Z, d, Z, Z, Z, e, Z, Z, Z, a, Z, Z, Z, b, Z, Z, Z, d, Z,
+            Z, Z, e,
+        )
+    };
+    let controls = [control(0), control(1), control(2), control(3)];
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let flip = _mm256_set1_epi8(FLIP as i8);
     for (g, xs) in x.chunks_exact(GROUP).enumerate() {
         // SAFETY: `xs` holds four f32s, and group `g` lies inside the panel (the caller's
-        // bounds): eight loads of eight bytes.
+        // bounds): two loads of 32 bytes.
         unsafe {
-            let x = _mm_loadu_ps(xs.as_ptr());
-            let x4 = _mm256_set_m128(x, x);
+            let x4 = _mm256_broadcast_ps(&*xs.as_ptr().cast());
             let at = panel.as_ptr().add(g * GROUP_BYTES);
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_BYTES).cast());
-            for (e, acc) in acc.iter_mut().enumerate() {
-                let raw = _mm_loadl_epi64(at.add(e * 8).cast::<__m128i>());
-                let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_xor_si128(raw, flip)));
-                *acc = _mm256_fmadd_ps(x4, w, *acc);
+            for h in 0..2 {
+                let raw = _mm256_loadu_si256(at.add(32 * h).cast::<__m256i>());
+                let q = _mm256_xor_si256(raw, flip);
+                for (c, control) in controls.iter().enumerate() {
+                    let w = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(q, *control));
+                    acc[4 * h + c] = _mm256_fmadd_ps(x4, w, acc[4 * h + c]);
+                }
             }
         }
     }
+    // Row r's four lanes: load h = r / 8, control (r % 8) % 4, half (r % 8) / 4.
     let mut lanes = [0.0f32; ROWS * GROUP];
-    for (e, acc) in acc.iter().enumerate() {
-        // SAFETY: `lanes` holds eight vectors of 8 f32s.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(e * 8), *acc) };
+    for (i, acc) in acc.iter().enumerate() {
+        let (h, c) = (i / 4, i % 4);
+        let (low, high) = (8 * h + c, 8 * h + c + 4);
+        // SAFETY: `lanes` holds sixteen rows of four f32s; each store writes one row's four.
+        unsafe {
+            _mm_storeu_ps(
+                lanes.as_mut_ptr().add(GROUP * low),
+                _mm256_castps256_ps128(*acc),
+            );
+            _mm_storeu_ps(
+                lanes.as_mut_ptr().add(GROUP * high),
+                _mm256_extractf128_ps::<1>(*acc),
+            );
+        }
     }
     add_quads(&lanes, out);
+    for o in out.iter_mut() {
+        *o *= (1.0 / CENTRES_HEADROOM) as f32;
+    }
 }
 
 /// Each row's four lanes (a row's partial sums, in order) added into its output.

@@ -587,9 +587,30 @@ fn screen_declines_inputs_its_bound_does_not_cover() {
         [f32::INFINITY, 1.0],
         [0.0, 0.0],
         [1e36, 1e36],
+        // Covered by the first guard with these small weights, not by the second: the AVX2
+        // centres' sums, scaled by 2^24, could overflow.
+        [1e28, 1e28],
     ] {
         assert_eq!(screen.candidates(Isa::Portable, &x), None, "{x:?}");
     }
+}
+
+#[test]
+fn linear_argmax_through_the_screen_is_exact_for_an_x_just_inside_its_guards() {
+    // Σ |x_i| near 10^26: on AVX2 the centres' sums reach ~10^35 of f32's 3.4 · 10^38.
+    let (n, k) = (20_000, 48);
+    let mut rng = Rng::new(41);
+    let w = weight(DType::BF16, &[n, k], &mut rng, 1.0);
+    let x = Tensor::new(vec![1, k], rng.values(k, 3e24)).expect("shape");
+    let want = argmax(&linear(&x, &w).expect("valid")).expect("non-empty")[0] as usize;
+    let screen = Screen::build(&w);
+    for isa in simd::available() {
+        let rows = screen
+            .candidates(isa, x.data())
+            .expect("the screen covers this x");
+        assert!(rows.contains(&want), "{isa:?}: {want} not in {rows:?}");
+    }
+    assert_argmax_of_linear(&x, &w, "x near the guard");
 }
 
 #[test]
