@@ -93,7 +93,9 @@ pub(crate) trait Blocks {
     const ONE_ROW: bool = false;
     /// Group `g`'s 32 integers `q` (one signed byte each) as [`tops`] takes them: elements
     /// 0-15 in both halves of the first vector, 16-31 in both halves of the second. Built from
-    /// two broadcast loads, with no shuffle across the halves.
+    /// two broadcast loads, with no shuffle across the halves. (No `array::from_fn` or `map`
+    /// in these: their closures run inside generic functions compiled without the callers'
+    /// features, which cannot inline intrinsics; measured, each vector then costs a call.)
     ///
     /// # Safety
     /// The CPU must support AVX2.
@@ -235,7 +237,7 @@ fn scaled(q: __m256i, d: __m256) -> __m256 {
     _mm256_mul_ps(d, _mm256_cvtepi32_ps(q))
 }
 
-/// `1 / 2^24`: what a scale is multiplied by to meet [`widen_top`]'s values, which are `q · 2^24`.
+/// `1 / 2^24`: what a scale is multiplied by to meet [`tops`]' values, which are `q · 2^24`.
 const UNTOP: f32 = 1.0 / 16_777_216.0;
 
 /// The `vpshufb` controls of [`tops`]: `[0]` puts bytes 0-7 of the sixteen in both halves of a
@@ -409,9 +411,8 @@ impl Blocks for Q4_0 {
     }
 }
 
-/// Where bit `i % 16` of the u16 `qh16` (in both halves of a vector, as `(qh16 & 0xff)` in
-/// bytes 0-7 and `qh16 >> 8` in bytes 8-15, by [`Q5_0`]'s spreads) is clear, the byte `0xf0`;
-/// else zero.
+/// For each byte of `spread`, which holds the byte of Q5_0's `qh` with its element's fifth bit
+/// (bit `i % 8` for byte `i` of a half): `0xf0` where that bit is clear, else zero.
 #[target_feature(enable = "avx2")]
 #[inline]
 fn q5_0_clear(spread: __m256i) -> __m256i {
@@ -681,7 +682,8 @@ mod tests {
 
     /// A group's values come from `(ds / 2^24) · (q · 2^24)` ([`from_top`]), which is `ds · q`
     /// only if `ds / 2^24` is exact: every f16 bit pattern as a block's scale (and as Q4_K's
-    /// and Q5_K's minimum's), with every level present, decodes to the scalar decoder's bits.
+    /// and Q5_K's minimum's), with levels spread over their range, decodes to the scalar
+    /// decoder's bits.
     #[test]
     fn values_through_the_top_byte_are_the_scalar_ones_for_every_f16_scale() {
         if !(std::is_x86_feature_detected!("avx2")

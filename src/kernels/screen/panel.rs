@@ -254,8 +254,8 @@ fn centres_avx2(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
     use std::arch::x86_64::{
         __m256i, _mm256_broadcast_ps, _mm256_castps256_ps128, _mm256_cvtepi32_ps,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_set1_epi8,
-        _mm256_setr_epi8, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_xor_si256, _mm_prefetch,
-        _mm_storeu_ps, _MM_HINT_T0,
+        _mm256_setr_epi8, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_xor_si256, _mm_loadu_ps,
+        _mm_prefetch, _mm_storeu_ps, _MM_HINT_T0,
     };
     const Z: i8 = -128;
     // Control `c` moves row `c`'s four bytes of each half (rows c and c + 4 of the eight a
@@ -274,7 +274,7 @@ fn centres_avx2(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
         // SAFETY: `xs` holds four f32s, and group `g` lies inside the panel (the caller's
         // bounds): two loads of 32 bytes.
         unsafe {
-            let x4 = _mm256_broadcast_ps(&*xs.as_ptr().cast());
+            let x4 = _mm256_broadcast_ps(&_mm_loadu_ps(xs.as_ptr()));
             let at = panel.as_ptr().add(g * GROUP_BYTES);
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_BYTES).cast());
             for h in 0..2 {
