@@ -467,7 +467,7 @@ pub(super) fn nibbles(v: __m256i, shift: i32) -> __m256i {
 }
 
 /// What Q4_K and Q5_K share: [`k_group_factors`]' pairs (scalar, or unpacked in vector
-/// registers), each group's values `ds * q - dm` from its `group_i8`.
+/// registers), each group's values `ds * q - dm` from its [`Blocks::halves`].
 macro_rules! k_group_scales {
     () => {
         /// [`k_group_factors`]' pairs.

@@ -21,10 +21,10 @@ use crate::kernels::simd::{self, LANES};
 
 /// Weight rows one x row meets at a time, where a format's decode is short: two rows' four
 /// accumulators and their decodes in the 16 ymm registers. Four rows spilled accumulators to
-/// the stack, and each multiply-add then waited on a store and a load; Q5_0, whose decode is
-/// the longest, runs best one row at a time ([`Blocks::ONE_ROW`]): more blocks' decodes fit in
-/// the out-of-order window (AMD EPYC, Zen 3, 2 threads, one x row against `[2048, 640]`: Q5_0
-/// 33 GFLOP/s one row at a time against 29-30 two; Q8_0 53 against 35; Q4_K level).
+/// the stack, and each multiply-add then waited on a store and a load. Q5_0, whose decode is
+/// the longest, measured faster one row at a time ([`Blocks::ONE_ROW`]; AMD EPYC, Zen 3, 2
+/// threads, one x row against `[2048, 640]`: Q5_0 33 GFLOP/s one row at a time against 29-30
+/// two; Q8_0 53 against 35; Q4_K level).
 const ROWS: usize = 2;
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
