@@ -7,12 +7,13 @@
 use std::arch::x86_64::{
     __m128i, __m256, __m256i, _mm256_and_si256, _mm256_blend_epi32, _mm256_broadcastsd_pd,
     _mm256_broadcastsi128_si256, _mm256_castpd_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps,
-    _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256,
-    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi8,
-    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_srl_epi16,
-    _mm256_storeu_ps, _mm256_sub_epi8, _mm256_sub_ps, _mm_and_si128, _mm_blend_epi32,
-    _mm_castps_pd, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_or_si128,
-    _mm_set1_epi8, _mm_setr_epi32, _mm_setr_epi8, _mm_shuffle_epi32, _mm_shuffle_epi8,
+    _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_mul_ps,
+    _mm256_or_si256, _mm256_permute4x64_epi64, _mm256_set1_epi32, _mm256_set1_epi64x,
+    _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setr_epi8, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srlv_epi64, _mm256_storeu_ps,
+    _mm256_sub_epi8, _mm_and_si128, _mm_blend_epi32, _mm_castps_pd, _mm_cvtph_ps,
+    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_mul_ps, _mm_or_si128, _mm_set1_epi8,
+    _mm_setr_epi32, _mm_setr_epi8, _mm_setr_ps, _mm_shuffle_epi32, _mm_shuffle_epi8,
     _mm_srli_epi32, _mm_srli_si128, _mm_srlv_epi32,
 };
 
@@ -73,6 +74,13 @@ pub(crate) trait Blocks {
         // SAFETY: the caller guarantees AVX2 and F16C.
         unsafe { Self::prepare_f16c(b) }
     }
+    /// [`Blocks::prepare_f16c`] with every `ds` divided by 2^24 (not `dm`): the factors that
+    /// meet [`tops`]' `q · 2^24` with no multiply of their own. A one-scale format reads its
+    /// scale from `untopped`, [`super::untopped_halves`]. Exact, as [`UNTOP`] says.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    unsafe fn prepare_untopped(b: &[u8], untopped: &Halves) -> Self::Shared;
     /// Elements `32 g .. 32 g + 32` of block `b`: [`Blocks::halves`]' integers, widened by
     /// [`tops`] and scaled by [`Blocks::factors`].
     ///
@@ -83,14 +91,25 @@ pub(crate) trait Blocks {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
             let [lo, hi] = Self::halves(b, g);
-            from_top(tops(lo, hi), Self::factors(shared, g), Self::AFFINE)
+            from_top(tops(lo, hi), Self::factors(shared, g), Self::AFFINE, UNTOP)
         }
     }
     /// Whether a value is `ds * q - dm` (the K formats with minimums) rather than `ds * q`.
     const AFFINE: bool = false;
-    /// Whether the one-row `gemv` takes this format's weight rows one at a time rather than
-    /// two ([`super::gemv`]).
-    const ONE_ROW: bool = false;
+    /// Whether the one-row `gemv` decodes this format through [`Blocks::paired`] rather than
+    /// [`Blocks::halves`] ([`super::gemv`]).
+    const PAIRED: bool = false;
+    /// Group `g`'s 32 integers `q` as [`paired_tops`] takes them: elements 0-7 then 16-23 in
+    /// the low half, 8-15 then 24-31 in the high half. By default [`Blocks::group_i8`] with its
+    /// middle quarters swapped (one cross-half permute).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[inline(always)]
+    unsafe fn paired(b: &[u8], g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe { _mm256_permute4x64_epi64::<0b11_01_10_00>(Self::group_i8(b, g)) }
+    }
     /// Group `g`'s 32 integers `q` (one signed byte each) as [`tops`] takes them: elements
     /// 0-15 in both halves of the first vector, 16-31 in both halves of the second. Built from
     /// two broadcast loads, with no shuffle across the halves. (No `array::from_fn` or `map`
@@ -165,9 +184,13 @@ fn half_f16c(b: &[u8]) -> f32 {
 /// and multiplied eight at a time. The same integers and the same IEEE products, so the same
 /// bits; in software the unpacking and sixteen scalar converts and multiplies were a quarter of
 /// one x row's time against Q4_K blocks (`perf` on `kernel_bench`, AMD EPYC, Zen 5).
+///
+/// `d` is first multiplied by `unit`, a power of two ([`UNTOP`] for factors that meet [`tops`]'
+/// values): each `d * scale` is exact (an f16 times a 6-bit integer), so this is the product's
+/// value times `unit`.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn k_group_factors_f16c(b: &[u8]) -> [f32; 16] {
+fn k_group_factors_f16c(b: &[u8], unit: f32) -> [f32; 16] {
     // Bytes 4..16 are the fields, in 32-bit lanes: s0-3 (sc 0-3, high bits of sc 4-7),
     // s4-7 (m 0-3, high bits of m 4-7), s8-11 (low bits of sc 4-7 and m 4-7).
     let s = load16(&b[4..20]);
@@ -188,7 +211,10 @@ fn k_group_factors_f16c(b: &[u8]) -> [f32; 16] {
         _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15),
     );
     // (d, dmin) in every pair of lanes.
-    let d_dmin = _mm_cvtph_ps(load_u32(&b[..4]));
+    let d_dmin = _mm_mul_ps(
+        _mm_cvtph_ps(load_u32(&b[..4])),
+        _mm_setr_ps(unit, 1.0, 1.0, 1.0),
+    );
     let d_dmin = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(d_dmin)));
     let mut f = [0.0f32; 16];
     let hi = _mm_srli_si128::<8>(pairs);
@@ -207,11 +233,14 @@ fn k_group_factors_f16c(b: &[u8]) -> [f32; 16] {
 /// gemv's callers prepare a block inside a closure, which has no target features of its own, and
 /// there each of the steps here was a call of its own (one x row against Q6_K `[640, 2048]`
 /// took 280-325 µs on an AMD EPYC, Zen 4, one thread, against 101 µs as one call).
+///
+/// `d` is first multiplied by `unit`, a power of two, as in [`k_group_factors_f16c`] (`d` times
+/// a signed byte is exact too).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn q6_k_scales_f16c(b: &[u8]) -> [f32; 16] {
+fn q6_k_scales_f16c(b: &[u8], unit: f32) -> [f32; 16] {
     // `b` is one whole block (210 bytes), so the loads of `load16` stay inside it.
-    let d = _mm256_set1_ps(half_f16c(&b[208..]));
+    let d = _mm256_set1_ps(half_f16c(&b[208..]) * unit);
     let s = load16(&b[192..208]);
     let mut ds = [0.0f32; 16];
     let hi = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(s));
@@ -238,7 +267,7 @@ fn scaled(q: __m256i, d: __m256) -> __m256 {
 }
 
 /// `1 / 2^24`: what a scale is multiplied by to meet [`tops`]' values, which are `q · 2^24`.
-const UNTOP: f32 = 1.0 / 16_777_216.0;
+pub(super) const UNTOP: f32 = 1.0 / 16_777_216.0;
 
 /// The `vpshufb` controls of [`tops`]: `[0]` puts bytes 0-7 of the sixteen in both halves of a
 /// vector into the top byte of one 32-bit lane each (the other three bytes zero), `[1]` bytes
@@ -276,30 +305,134 @@ fn tops(lo: __m256i, hi: __m256i) -> [__m256; 4] {
     ]
 }
 
-/// The values of [`tops`]' `q · 2^24` with the factors `[(ds, dm); 2]` of the first and
-/// last sixteen: `(ds / 2^24) · (q · 2^24)`, then less `dm` if `affine`. `ds / 2^24` is exact
-/// (a block's nonzero `ds` is at least 2^-24, f16's least), so each product is the real number
-/// `ds · q` rounded once: the bits of `ds · q`.
+/// The `vpshufb` controls of [`paired_tops`]: `[i]` puts bytes `4i .. 4i + 4` of each half
+/// into the top bytes of that half's four 32-bit lanes (the other three bytes zero).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn from_top(v: [__m256; 4], f: [(f32, f32); 2], affine: bool) -> [__m256; 4] {
+fn paired_controls() -> [__m256i; 4] {
+    const Z: i8 = -128;
+    let c = |i: i8| {
+        _mm256_setr_epi8(
+            Z,
+            Z,
+            Z,
+            i,
+            Z,
+            Z,
+            Z,
+            i + 1,
+            Z,
+            Z,
+            Z,
+            i + 2,
+            Z,
+            Z,
+            Z,
+            i + 3,
+            Z,
+            Z,
+            Z,
+            i,
+            Z,
+            Z,
+            Z,
+            i + 1,
+            Z,
+            Z,
+            Z,
+            i + 2,
+            Z,
+            Z,
+            Z,
+            i + 3,
+        )
+    };
+    [c(0), c(4), c(8), c(12)]
+}
+
+/// [`Blocks::paired`]' 32 signed bytes as four vectors of `q · 2^24`, exact, like [`tops`]:
+/// elements 0-3 and 8-11, 4-7 and 12-15, 16-19 and 24-27, 20-23 and 28-31. Each lane of a
+/// vector holds the same element of sixteen as that lane of the vector two before, so two
+/// accumulators still add each lane's elements in ascending order, with x read in the same
+/// order ([`super::gemv`]). The bit twiddling before this runs once over all 32 bytes,
+/// where [`Blocks::halves`] repeat it per half.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn paired_tops(p: __m256i) -> [__m256; 4] {
+    let [c0, c1, c2, c3] = paired_controls();
+    [
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c0)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c1)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c2)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c3)),
+    ]
+}
+
+/// The values of [`tops`]' `q · 2^24` with the factors `[(ds, dm); 2]` of the first and
+/// last sixteen: `(ds / 2^24) · (q · 2^24)`, less `dm` if `affine`. `ds / 2^24` is exact (a
+/// block's nonzero `ds` is at least 2^-24, f16's least), so each product is the real number
+/// `ds · q` rounded once: the bits of `ds · q`.
+///
+/// Less `dm` in the same instruction, a fused multiply-add: the decoders' `ds · q` is exact
+/// (an f16 times a 6-bit scale times a 4- or 5-bit level, at most 22 significant bits), so
+/// rounding `ds · q - dm` once gives the bits of the multiply and then the subtract that
+/// gguf-py does, and a group's four subtracts are gone.
+///
+/// `untop` is [`UNTOP`], or 1 where the factors come already divided by 2^24
+/// ([`super::untopped_halves`]).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn from_top(
+    v: [__m256; 4],
+    f: [(f32, f32); 2],
+    affine: bool,
+    untop: f32,
+) -> [__m256; 4] {
     let d = [
-        _mm256_set1_ps(f[0].0 * UNTOP),
-        _mm256_set1_ps(f[1].0 * UNTOP),
-    ];
-    let mut out = [
-        _mm256_mul_ps(d[0], v[0]),
-        _mm256_mul_ps(d[0], v[1]),
-        _mm256_mul_ps(d[1], v[2]),
-        _mm256_mul_ps(d[1], v[3]),
+        _mm256_set1_ps(f[0].0 * untop),
+        _mm256_set1_ps(f[1].0 * untop),
     ];
     if affine {
-        let m = [_mm256_set1_ps(f[0].1), _mm256_set1_ps(f[1].1)];
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = _mm256_sub_ps(*o, m[i / 2]);
-        }
+        let m = [_mm256_set1_ps(-f[0].1), _mm256_set1_ps(-f[1].1)];
+        [
+            _mm256_fmadd_ps(d[0], v[0], m[0]),
+            _mm256_fmadd_ps(d[0], v[1], m[0]),
+            _mm256_fmadd_ps(d[1], v[2], m[1]),
+            _mm256_fmadd_ps(d[1], v[3], m[1]),
+        ]
+    } else {
+        [
+            _mm256_mul_ps(d[0], v[0]),
+            _mm256_mul_ps(d[0], v[1]),
+            _mm256_mul_ps(d[1], v[2]),
+            _mm256_mul_ps(d[1], v[3]),
+        ]
     }
-    out
+}
+
+/// Elements `32 g .. 32 g + 32` of block `b` as the one-row `gemv` takes them
+/// ([`super::gemv`]): through [`Blocks::paired`] and [`paired_tops`] (in their order) where
+/// the format is [`Blocks::PAIRED`], else through [`Blocks::halves`] and [`tops`], with
+/// factors from [`Blocks::prepare_untopped`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[inline(always)]
+pub(super) unsafe fn gemv_group<B: Blocks>(
+    b: &[u8],
+    untopped: &B::Shared,
+    g: usize,
+) -> [__m256; 4] {
+    // SAFETY: the caller guarantees AVX2.
+    unsafe {
+        let q = if B::PAIRED {
+            paired_tops(B::paired(b, g))
+        } else {
+            let [lo, hi] = B::halves(b, g);
+            tops(lo, hi)
+        };
+        from_top(q, B::factors(untopped, g), B::AFFINE, 1.0)
+    }
 }
 
 /// `$body` with `$B` the [`Blocks`] type of block format `$dtype`, or `$floats` (bound to the
@@ -354,6 +487,10 @@ macro_rules! one_f16_scale {
         unsafe fn prepare_table(b: &[u8], halves: &Halves) -> f32 {
             halves[usize::from(u16::from_le_bytes([b[0], b[1]]))]
         }
+        #[inline(always)]
+        unsafe fn prepare_untopped(b: &[u8], untopped: &Halves) -> f32 {
+            untopped[usize::from(u16::from_le_bytes([b[0], b[1]]))]
+        }
     };
 }
 
@@ -391,11 +528,30 @@ impl Blocks for Q8_0 {
     }
 }
 
+/// Q5_0's sixteen bytes `qs` (byte `i`: element `i` low, `16 + i` high) as the
+/// nibbles of [`Blocks::paired`]' order: bytes 0-7 of `qs` spread over the low half, 8-15
+/// over the high, low nibbles in the first eight bytes of a half, high in the last eight.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn paired_nibbles(qs: &[u8]) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        broadcast16(qs),
+        _mm256_setr_epi8(
+            0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10,
+            11, 12, 13, 14, 15,
+        ),
+    );
+    // A 64-bit shift moves the next byte's low bits into each byte's top; the mask drops them.
+    let shifted = _mm256_srlv_epi64(spread, _mm256_setr_epi64x(0, 4, 0, 4));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+}
+
 impl Blocks for Q4_0 {
     const BYTES: usize = 18;
     const GROUPS: usize = 1;
     one_f16_scale!();
     one_group!();
+
     #[inline(always)]
     unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
@@ -424,9 +580,26 @@ fn q5_0_clear(spread: __m256i) -> __m256i {
 impl Blocks for Q5_0 {
     const BYTES: usize = 22;
     const GROUPS: usize = 1;
-    const ONE_ROW: bool = true;
+    const PAIRED: bool = true;
     one_f16_scale!();
     one_group!();
+    #[inline(always)]
+    unsafe fn paired(b: &[u8], _g: usize) -> __m256i {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
+            // The byte of qh with each element's fifth bit: elements 0-7 and 16-23 in the low
+            // half (qh bytes 0 and 2), 8-15 and 24-31 in the high half (bytes 1 and 3).
+            let clear = q5_0_clear(_mm256_shuffle_epi8(
+                qh,
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3,
+                    3, 3, 3, 3, 3, 3,
+                ),
+            ));
+            _mm256_or_si256(paired_nibbles(&b[6..22]), clear)
+        }
+    }
     #[inline(always)]
     unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
@@ -479,7 +652,12 @@ macro_rules! k_group_scales {
         #[inline(always)]
         unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
             // SAFETY: the caller guarantees AVX2 and F16C.
-            unsafe { k_group_factors_f16c(b) }
+            unsafe { k_group_factors_f16c(b, 1.0) }
+        }
+        #[inline(always)]
+        unsafe fn prepare_untopped(b: &[u8], _untopped: &Halves) -> [f32; 16] {
+            // SAFETY: the caller guarantees AVX2 and F16C.
+            unsafe { k_group_factors_f16c(b, UNTOP) }
         }
         const AFFINE: bool = true;
         #[inline(always)]
@@ -528,6 +706,7 @@ fn q5_k_bytes(ql: __m256i, qh: __m256i, g: usize) -> __m256i {
 impl Blocks for Q5K {
     const BYTES: usize = 176;
     const GROUPS: usize = 8;
+    const PAIRED: bool = true;
     k_group_scales!();
     #[inline(always)]
     unsafe fn halves(b: &[u8], g: usize) -> [__m256i; 2] {
@@ -566,6 +745,7 @@ fn q6_k_bytes(ql: __m256i, qh: __m256i, c: usize) -> __m256i {
 impl Blocks for Q6K {
     const BYTES: usize = 210;
     const GROUPS: usize = 8;
+    const PAIRED: bool = true;
     /// `d * scale` of each 16 elements.
     type Shared = [f32; 16];
     #[inline(always)]
@@ -576,7 +756,12 @@ impl Blocks for Q6K {
     #[inline(always)]
     unsafe fn prepare_f16c(b: &[u8]) -> [f32; 16] {
         // SAFETY: the caller guarantees AVX2 and F16C.
-        unsafe { q6_k_scales_f16c(b) }
+        unsafe { q6_k_scales_f16c(b, 1.0) }
+    }
+    #[inline(always)]
+    unsafe fn prepare_untopped(b: &[u8], _untopped: &Halves) -> [f32; 16] {
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        unsafe { q6_k_scales_f16c(b, UNTOP) }
     }
     #[inline(always)]
     unsafe fn halves(b: &[u8], c: usize) -> [__m256i; 2] {
@@ -712,6 +897,71 @@ mod tests {
                 super::super::read(dtype, &block, 0, &mut scalar);
                 // SAFETY: AVX2, FMA and F16C detected above.
                 unsafe { read_avx2(dtype, &block, 0, &mut vector) };
+                for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
+                    assert!(same(s, v), "{dtype} scale {bits:#06x} element {i}: {s} {v}");
+                }
+            }
+        }
+    }
+
+    /// The one-row gemv's decode ([`gemv_group`]: factors divided by 2^24 beforehand, and
+    /// for some formats the paired order) against the scalar decoder, for every f16 bit
+    /// pattern as a block's scale (and minimum).
+    #[test]
+    fn the_gemv_decode_gives_the_scalar_bits_for_every_f16_scale() {
+        if !(std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c"))
+        {
+            return;
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn decode<B: Blocks>(block: &[u8], out: &mut [f32]) {
+            // SAFETY: this function's features are the ones the decoders need.
+            let shared = unsafe { B::prepare_untopped(block, super::super::untopped_halves()) };
+            for (g, dst) in out.chunks_exact_mut(32).enumerate() {
+                // SAFETY: as above.
+                let v = unsafe { gemv_group::<B>(block, &shared, g) };
+                let mut lanes = [0.0f32; 32];
+                for (v, o) in v.into_iter().zip(lanes.chunks_exact_mut(8)) {
+                    // SAFETY: `o` holds exactly 8 f32s.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+                }
+                // The paired order, back in element order: each vector is two runs of four.
+                let order: [usize; 8] = if B::PAIRED {
+                    [0, 8, 4, 12, 16, 24, 20, 28]
+                } else {
+                    [0, 4, 8, 12, 16, 20, 24, 28]
+                };
+                for (i, &at) in order.iter().enumerate() {
+                    dst[at..at + 4].copy_from_slice(&lanes[4 * i..4 * i + 4]);
+                }
+            }
+        }
+        for dtype in DType::ALL.into_iter().filter(|d| d.is_quantized()) {
+            let size = dtype.block_bytes();
+            let mut block: Vec<u8> = (0..size).map(|i| (i * 53 + 7) as u8).collect();
+            let n = dtype.block_elems();
+            let (mut scalar, mut vector) = (vec![0.0f32; n], vec![0.0f32; n]);
+            for bits in 0..=u16::MAX {
+                let scale = bits.to_le_bytes();
+                let other = bits.rotate_left(3).to_le_bytes();
+                match dtype {
+                    DType::Q6_K => block[208..210].copy_from_slice(&scale),
+                    DType::Q4_K | DType::Q5_K => {
+                        block[0..2].copy_from_slice(&scale);
+                        block[2..4].copy_from_slice(&other);
+                    }
+                    _ => block[0..2].copy_from_slice(&scale),
+                }
+                // The quantized bytes change with the scale, so every level meets many.
+                let last = size - 1;
+                block[last / 2] = bits as u8;
+                super::super::read(dtype, &block, 0, &mut scalar);
+                // SAFETY: AVX2, FMA and F16C detected above.
+                unsafe {
+                    by_format!(dtype, B => decode::<B>(&block, &mut vector), _f => unreachable!())
+                };
                 for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
                     assert!(same(s, v), "{dtype} scale {bits:#06x} element {i}: {s} {v}");
                 }

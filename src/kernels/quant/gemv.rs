@@ -7,7 +7,16 @@
 //! element `e` goes to lane `e % 16`, in ascending order, and the lanes are summed as
 //! `simd::reduce_lanes`' tree. A group of 32 decoded values is four vectors of eight
 //! consecutive elements, so vectors alternate between the accumulator of lanes 0-7 and that of
-//! lanes 8-15 (rows are whole blocks, so a row always starts on lane 0).
+//! lanes 8-15 (rows are whole blocks, so a row always starts on lane 0). The formats decoded
+//! in the paired order ([`Blocks::PAIRED`]) hold lanes 0-3 and 8-11 in one accumulator and
+//! 4-7 and 12-15 in the other, and read x in that order ([`paired_order`]): each lane still
+//! adds its own elements, in ascending order.
+//!
+//! A scale reaches the decode already divided by 2^24 ([`Blocks::prepare_untopped`]), so the
+//! one multiply of each value ([`super::avx2`]'s top-byte widening) is all.
+//! On an AMD EPYC (Zen 3, AVX2, one thread, one x row against `[256, 640]` from L2,
+//! alternating): Q5_0 19.1 -> 17.5 µs with the paired order and the table, Q8_0 12.5 -> 11.1
+//! with the table, Q6_K 37.7 -> 33.0 against `[256, 1024]`.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
@@ -15,17 +24,23 @@ use std::arch::x86_64::{
 };
 use std::ops::Range;
 
-use super::avx2::{by_format, Blocks};
+use super::avx2::{by_format, gemv_group, Blocks};
+use super::{untopped_halves, Halves};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
 
-/// Weight rows one x row meets at a time, where a format's decode is short: two rows' four
-/// accumulators and their decodes in the 16 ymm registers. Four rows spilled accumulators to
-/// the stack, and each multiply-add then waited on a store and a load. Q5_0, whose decode is
-/// the longest, measured faster one row at a time ([`Blocks::ONE_ROW`]; AMD EPYC, Zen 3, 2
-/// threads, one x row against `[2048, 640]`: Q5_0 33 GFLOP/s one row at a time against 29-30
-/// two; Q8_0 53 against 35; Q4_K level).
+/// Weight rows one x row meets at a time: two rows' four accumulators and their decodes in
+/// the 16 ymm registers. Four rows spilled accumulators to the stack, and each multiply-add
+/// then waited on a store and a load. One row at a time, each accumulator's chain of
+/// multiply-adds (two a block) sets the pace (AMD EPYC, Zen 3, 2 threads, one x row: Q8_0
+/// `[2048, 640]` 45-47 µs two rows at a time against 53-83 one, Q4_K `[640, 1024]` 31-41
+/// against 46-68; Q5_0 70-72 µs either way since its decode was shortened).
 const ROWS: usize = 2;
+
+/// Where [`paired_order`] puts each quarter of sixteen: the order of the lanes of a
+/// [`Blocks::PAIRED`] format's two accumulators, and (the swap being its own inverse) the way
+/// back to lane order.
+const PAIRED_QUARTERS: [usize; 4] = [0, 8, 4, 12];
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
 /// for a float dtype. Callers outside this module's features call it only after detecting AVX2,
@@ -52,13 +67,32 @@ fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &
     assert_eq!(out.len(), cols.len(), "gemv output length");
     assert!(k.is_multiple_of(elems), "gemv rows must be whole blocks");
     let x = &x[..k];
+    let paired;
+    let x = if B::PAIRED {
+        paired = paired_order(x);
+        &paired[..]
+    } else {
+        x
+    };
     let row_bytes = k / elems * B::BYTES;
     let rows = &bytes[cols.start * row_bytes..cols.end * row_bytes];
+    let halves = untopped_halves();
     let mut at = 0;
-    if !B::ONE_ROW {
-        at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out);
+    at = rows_by::<B, ROWS>(x, rows, row_bytes, at, out, halves);
+    rows_by::<B, 1>(x, rows, row_bytes, at, out, halves);
+}
+
+/// `x` (whole groups of 16) with the middle quarters of every 16 swapped, elements 0-3, 8-11,
+/// 4-7, 12-15: the order of the values [`gemv_group`] gives a [`Blocks::PAIRED`] format in. A
+/// copy of one x row a call (at most a few KiB), against the rows of blocks it meets.
+fn paired_order(x: &[f32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for s in x.chunks_exact(16) {
+        for q in PAIRED_QUARTERS {
+            out.extend_from_slice(&s[q..q + 4]);
+        }
     }
-    rows_by::<B, 1>(x, rows, row_bytes, at, out);
+    out
 }
 
 /// Rows `at..` of `rows` (each `row_bytes` long) into `out[at..]`, `R` at a time while `R` are
@@ -70,11 +104,17 @@ fn rows_by<B: Blocks, const R: usize>(
     row_bytes: usize,
     mut at: usize,
     out: &mut [f32],
+    halves: &Halves,
 ) -> usize {
     for o in out[at..].chunks_exact_mut(R) {
         let w: [&[u8]; R] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
         let next = rows.as_ptr().wrapping_add((at + R) * row_bytes);
-        for (o, lanes) in o.iter_mut().zip(dots::<B, R>(x, w, next)) {
+        for (o, sums) in o.iter_mut().zip(dots::<B, R>(x, w, next, halves)) {
+            let lanes: [f32; LANES] = if B::PAIRED {
+                std::array::from_fn(|l| sums[PAIRED_QUARTERS[l / 4] + l % 4])
+            } else {
+                sums
+            };
             *o = simd::reduce_lanes(&lanes);
         }
         at += R;
@@ -86,7 +126,12 @@ fn rows_by<B: Blocks, const R: usize>(
 /// where the `R` rows after these start (the rows are contiguous): while block `b` of each row
 /// is decoded, `R` blocks' worth of the next rows is prefetched ([`simd::prefetch`]).
 #[inline(always)]
-fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R], next: *const u8) -> [[f32; LANES]; R] {
+fn dots<B: Blocks, const R: usize>(
+    x: &[f32],
+    w: [&[u8]; R],
+    next: *const u8,
+    halves: &Halves,
+) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = x.len() / elems;
     for row in &w {
@@ -102,7 +147,8 @@ fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R], next: *const u8) ->
         simd::prefetch(next.wrapping_add(b * step), step);
         let blk: [&[u8]; R] = std::array::from_fn(|r| &w[r][b * B::BYTES..][..B::BYTES]);
         // SAFETY: each `blk[r]` is one whole block; the callers enable AVX2, FMA and F16C.
-        let shared: [B::Shared; R] = std::array::from_fn(|r| unsafe { B::prepare_f16c(blk[r]) });
+        let shared: [B::Shared; R] =
+            std::array::from_fn(|r| unsafe { B::prepare_untopped(blk[r], halves) });
         for g in 0..B::GROUPS {
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
@@ -118,7 +164,7 @@ fn dots<B: Blocks, const R: usize>(x: &[f32], w: [&[u8]; R], next: *const u8) ->
             };
             for r in 0..R {
                 // SAFETY: `blk[r]` is one whole block (asserted lengths above).
-                let v = unsafe { B::group(blk[r], &shared[r], g) };
+                let v = unsafe { gemv_group::<B>(blk[r], &shared[r], g) };
                 for i in 0..4 {
                     // SAFETY: register intrinsics.
                     acc[r][i % 2] = unsafe { _mm256_fmadd_ps(xv[i], v[i], acc[r][i % 2]) };
