@@ -4,11 +4,12 @@
 //! Why integers: at several x rows the screen is bound by arithmetic, not by the bytes it reads,
 //! and 8-bit multiply-adds need no decoding of the weights: on an AMD EPYC (Zen 2, AVX2) a
 //! register tile of them does 48 multiply-adds per ns per core against 34 for f32 x times the
-//! same bytes widened to f32 (docs/performance.md). `vpmaddubsw` multiplies unsigned by signed
-//! bytes and adds pairs into saturating 16-bit lanes, so x is held as `|q_i|` and the weight
-//! takes x's sign (`vpsignb`); with `|q_i|, |w_i| <= 127` a pair sums to at most 32258, below
-//! saturation, so every sum here is exact: no order, no rounding, the same integers on every
-//! instruction set.
+//! same bytes widened to f32 (docs/performance.md). The weight bytes are stored unsigned
+//! (`w + 128`) and x signed; `128 Σ q_i` comes off each sum. `vpdpbusd` (VNNI) adds four
+//! products straight into 32 bits; `vpmaddubsw` (AVX2) adds pairs into saturating 16-bit
+//! lanes, so for it x is rounded to at most 63 in magnitude ([`x_qmax`]): a pair then sums to
+//! at most 32130, below saturation. Every sum here is exact: no order, no rounding, the same
+//! integers on every instruction set for the same rounded x.
 //!
 //! Outliers: the hidden state a language model's head reads has a few channels an order of
 //! magnitude above the rest (on Gemma 3 270M the largest value of a row is ~11 times its root
@@ -23,8 +24,25 @@
 use super::panel;
 use crate::kernels::simd::Cpu;
 
-/// Magnitude of a quantised x value.
-pub(super) const X_QMAX: f32 = 127.0;
+/// Magnitude of a quantised x value where the VNNI tile scores it: `vpdpbusd` adds its four
+/// products into 32 bits, with no 16-bit step to overflow.
+const X_QMAX_VNNI: f32 = 127.0;
+/// Magnitude of a quantised x value for the AVX2 tile (and the portable loop): `vpmaddubsw`
+/// adds two products of an unsigned weight byte (`w + 128`, at most 255) and x into a
+/// saturating 16-bit lane, and `2 · 255 · 63 = 32130` stays below 32767. Half the levels of
+/// [`X_QMAX_VNNI`] doubles x's rounding error, which the bound measures; it spares the tile
+/// the flip of each weight byte back to `w` and the sign it took from x (`vpsignb`), two of
+/// the four operations on every 32 bytes.
+const X_QMAX_AVX2: f32 = 63.0;
+
+/// The largest magnitude [`round_row`] may give x's values for [`dots`] on `cpu`.
+pub(super) fn x_qmax(cpu: Cpu) -> f32 {
+    if cpu.has_avx512_vnni() {
+        X_QMAX_VNNI
+    } else {
+        X_QMAX_AVX2
+    }
+}
 /// Channels held as 16-bit integers: the outliers of a batch of x rows. Thirty-two rather
 /// than sixteen: the real 270M model at batch 32 (the bench's prompts) listed 42 % fewer
 /// candidate rows in all, which the f32 bound then narrows panel by panel, and the head took
@@ -62,14 +80,15 @@ pub(super) fn outlier_channels(x: &[f32], k: usize, use_row: &[bool]) -> Vec<usi
     order
 }
 
-/// Round the finite, not all-zero `x` into `q` (as `i8` bits) and `mag = |q|` for every channel
-/// but `channels`, which go into `wide` (and are 0 in `q` and `mag`), all in one unit.
+/// Round the finite, not all-zero `x` into `q` (as `i8` bits, at most `qmax` in magnitude,
+/// [`x_qmax`]) for every channel but `channels`, which go into `wide` (and are 0 in `q`), all
+/// in one unit.
 pub(super) fn round_row(
     x: &[f32],
     channels: &[usize],
     q: &mut [u8],
-    mag: &mut [u8],
     wide: &mut [i16],
+    qmax: f32,
 ) -> Rounded {
     let is_wide = |t: usize| channels.binary_search(&t).is_ok();
     let (mut narrow_max, mut wide_max) = (0.0f32, 0.0f32);
@@ -80,23 +99,21 @@ pub(super) fn round_row(
             narrow_max = narrow_max.max(v.abs());
         }
     }
-    let scale = (narrow_max / X_QMAX).max(wide_max / WIDE_QMAX);
+    let scale = (narrow_max / qmax).max(wide_max / WIDE_QMAX);
     let mut sq = 0.0f64;
     let mut error = |v: f32, level: f32| {
         // Exact in f64: an integer below 2¹⁵ times an f32, subtracted from a nearby f32.
         let e = f64::from(v) - f64::from(level) * f64::from(scale);
         sq += e * e;
     };
-    for (t, (&v, (qi, mi))) in x.iter().zip(q.iter_mut().zip(mag.iter_mut())).enumerate() {
+    for (t, (&v, qi)) in x.iter().zip(q.iter_mut()).enumerate() {
         if is_wide(t) {
             *qi = 0;
-            *mi = 0;
             continue;
         }
         // Any rounding will do: the errors are measured, not assumed.
-        let level = (v / scale).round_ties_even().clamp(-X_QMAX, X_QMAX);
+        let level = (v / scale).round_ties_even().clamp(-qmax, qmax);
         *qi = level as i8 as u8;
-        *mi = level.abs() as u8;
         error(v, level);
     }
     for (slot, &t) in wide.iter_mut().zip(channels) {
@@ -122,16 +139,17 @@ fn wide_of(panels: &[u8], kp: usize, j: usize, channels: &[usize]) -> [i16; WIDE
     out
 }
 
-/// x rows in the forms the tile reads: `q` (`i8` bits) and `|q|`, row-major `[m, kp]` with
-/// each row padded with zeros to the panels' row length `kp` ([`panel::padded`]), and the
-/// values of the wide `channels`, `[m, WIDE]`.
+/// x rows in the form the tiles read: `q` (`i8` bits, at most [`x_qmax`] in magnitude),
+/// row-major `[m, kp]` with each row padded with zeros to the panels' row length `kp`
+/// ([`panel::padded`]), and the values of the wide `channels`, `[m, WIDE]`.
 pub(super) struct XBytes {
     pub(super) q: Vec<u8>,
-    pub(super) mag: Vec<u8>,
+    /// The largest magnitude `q` was rounded to ([`round_row`]'s `qmax`).
+    pub(super) qmax: f32,
     pub(super) wide: Vec<i16>,
     pub(super) channels: Vec<usize>,
-    /// `Σ_t q[i * kp + t]` of each row, for the VNNI tile's offset: found on first use, once
-    /// per batch rather than once per block of weight rows.
+    /// `Σ_t q[i * kp + t]` of each row, for the tiles' offset (they multiply `w + 128`): found
+    /// on first use, once per batch rather than once per block of weight rows.
     pub(super) sums: std::sync::OnceLock<Vec<i32>>,
 }
 
@@ -150,7 +168,10 @@ impl XBytes {
 /// `out[i * rows + j] = Σ_t q[i * kp + t] · w_j[t] + Σ_c wide[i * WIDE + c] · w_j[channels[c]]`
 /// for `i < m` and `j < rows`, with `q` as `i8` and `w_j` row `j` of `panels` (rows of padded
 /// length `kp`, [`panel`]). `m` is a multiple of [`TILE_X`] (the caller pads x with rows of
-/// its own).
+/// its own), and no `q` is larger in magnitude than [`x_qmax`] of `cpu`.
+///
+/// Panics if `x` was rounded for a wider range ([`XBytes::qmax`]): the AVX2 tile would
+/// saturate.
 pub(super) fn dots(
     cpu: Cpu,
     x: &XBytes,
@@ -161,7 +182,8 @@ pub(super) fn dots(
     out: &mut [i32],
 ) {
     assert!(m.is_multiple_of(TILE_X) && kp.is_multiple_of(panel::GROUP));
-    assert!(x.q.len() >= m * kp && x.mag.len() >= m * kp && x.wide.len() >= m * WIDE);
+    assert!(x.q.len() >= m * kp && x.wide.len() >= m * WIDE);
+    assert!(x.qmax <= x_qmax(cpu), "x rounded past the tile's range");
     assert!(panels.len() >= panel::bytes(rows, kp) && out.len() >= m * rows && kp <= MAX_K);
     assert!(x.channels.len() <= WIDE && x.channels.iter().all(|&t| t < kp));
     #[cfg(target_arch = "x86_64")]
@@ -475,9 +497,14 @@ unsafe fn vnni_tile<const R: usize, const P: usize, const AHEAD: bool>(
 
 /// The AVX2 tile: [`TILE_X`] x rows × one panel (two vectors of eight weight rows), each lane
 /// one weight row. `vpmaddubsw` multiplies unsigned by signed bytes and adds pairs into
-/// saturating 16-bit lanes, so x is broadcast as `|q|` and the weight takes x's sign
-/// (`vpsignb`); with `|q_i|, |w_i| <= 127` a pair sums to at most 32258, below saturation, and
-/// `vpmaddwd` by ones adds the pairs into the 32-bit lanes.
+/// saturating 16-bit lanes: the panels' bytes `w + 128` ([`panel::FLIP`]) are the unsigned
+/// ones and x the signed; with `|q_i| <= 63` ([`X_QMAX_AVX2`]) a pair sums to at most 32130,
+/// below saturation. `vpmaddwd` by ones adds the pairs into the 32-bit lanes, and `128 Σ q_i`
+/// comes off at the end, as in the VNNI tile. (It took x as `|q|` and the weight with x's sign
+/// before. On an AMD EPYC, Zen 3, 2 threads, `kernel_bench` `ARGMAX=1` on a random
+/// `[262144, 640]` head: 14.1 -> 12.2 ms at 8 x rows, 47 -> 37.8 at 32; on the real 270M file
+/// the head went 49-51 -> 43 ms a step at batch 32, 15.0-16.0 -> 13.9-14.0 at batch 8, the
+/// rows the bound kept included.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn dots_avx2(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &mut [i32]) {
@@ -527,39 +554,40 @@ unsafe fn avx2_tile(
     unsafe {
         use std::arch::x86_64::{
             __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-            _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi8, _mm256_setzero_si256,
-            _mm256_sign_epi8, _mm256_storeu_si256, _mm256_xor_si256, _mm_prefetch, _MM_HINT_T0,
+            _mm256_set1_epi16, _mm256_set1_epi32, _mm256_setzero_si256, _mm256_storeu_si256,
+            _mm256_sub_epi32, _mm_prefetch, _MM_HINT_T0,
         };
         const HALF: usize = panel::ROWS / 2;
         let (x, kp) = (t.x, t.kp);
         let ones = _mm256_set1_epi16(1);
-        // The panels hold `w + 128` (`panel::stored`); `vpsignb` needs `w`.
-        let flip = _mm256_set1_epi8(panel::FLIP as i8);
         let mut acc = [[_mm256_setzero_si256(); 2]; TILE_X];
         let w = t.panels.as_ptr();
-        let (xq, xm) = (x.q.as_ptr().add(t.i * kp), x.mag.as_ptr().add(t.i * kp));
+        let xq = x.q.as_ptr().add(t.i * kp);
         for g in 0..kp / panel::GROUP {
             let at = w.add(g * panel::GROUP_BYTES);
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
             let a = [
-                _mm256_xor_si256(_mm256_loadu_si256(at.cast::<__m256i>()), flip),
-                _mm256_xor_si256(_mm256_loadu_si256(at.add(32).cast::<__m256i>()), flip),
+                _mm256_loadu_si256(at.cast::<__m256i>()),
+                _mm256_loadu_si256(at.add(32).cast::<__m256i>()),
             ];
             for (r, acc) in acc.iter_mut().enumerate() {
                 let off = r * kp + g * panel::GROUP;
                 let xs = _mm256_set1_epi32(xq.add(off).cast::<i32>().read_unaligned());
-                let xa = _mm256_set1_epi32(xm.add(off).cast::<i32>().read_unaligned());
                 for h in 0..2 {
-                    let p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(a[h], xs));
+                    let p = _mm256_maddubs_epi16(a[h], xs);
                     acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(p, ones));
                 }
             }
         }
+        let sums = x.sums(kp);
         for (r, acc) in acc.iter().enumerate() {
             let row = t.i + r;
             let xw = x.wide.as_ptr().add(row * WIDE);
+            // Wrapping, like the lanes: the exact sum fits `i32` ([`MAX_K`]), so it comes out
+            // whatever the partial sums passed through.
+            let offset = _mm256_set1_epi32(sums[row].wrapping_mul(panel::FLIP as i32));
             for h in 0..2 {
-                let mut v = acc[h];
+                let mut v = _mm256_sub_epi32(acc[h], offset);
                 for (p, pair) in wide.iter().enumerate() {
                     let xb = _mm256_set1_epi32(xw.add(2 * p).cast::<i32>().read_unaligned());
                     v = _mm256_add_epi32(v, _mm256_madd_epi16(pair[h], xb));
@@ -590,6 +618,7 @@ mod tests {
         m: usize,
         rows: usize,
         k: usize,
+        qmax: i32,
         fill: impl Fn(usize) -> i32,
     ) -> (XBytes, Vec<u8>, Vec<u8>) {
         let kp = panel::padded(k);
@@ -598,10 +627,9 @@ mod tests {
         let mut q = vec![0u8; m * kp];
         for i in 0..m {
             for t in (0..k).filter(|&t| !is_wide(t)) {
-                q[i * kp + t] = (fill(i * k + t).clamp(-127, 127) as i8) as u8;
+                q[i * kp + t] = (fill(i * k + t).clamp(-qmax, qmax) as i8) as u8;
             }
         }
-        let mag = q.iter().map(|&v| (v as i8).unsigned_abs()).collect();
         let wide = (0..m * WIDE)
             .map(|at| {
                 if at % WIDE < channels.len() {
@@ -620,7 +648,7 @@ mod tests {
         }
         let x = XBytes {
             q,
-            mag,
+            qmax: qmax as f32,
             wide,
             channels,
             sums: Default::default(),
@@ -658,7 +686,8 @@ mod tests {
         }
     }
 
-    /// Every path `dots` can take on this CPU, the portable one included.
+    /// Every path `dots` can take on this CPU for x rounded as `x` was, the portable one
+    /// included.
     fn each_path(
         x: &XBytes,
         m: usize,
@@ -669,12 +698,15 @@ mod tests {
         let kp = panel::padded(k);
         let mut outs = Vec::new();
         for isa in simd::available() {
+            if x.qmax > x_qmax(simd::limit(isa)) {
+                continue;
+            }
             let mut out = vec![i32::MIN; m * rows];
             dots(simd::limit(isa), x, m, panels, rows, kp, &mut out);
             outs.push((isa.name().to_string(), out));
         }
         #[cfg(target_arch = "x86_64")]
-        if simd::limit(Isa::Avx2Fma).has_avx2() {
+        if simd::limit(Isa::Avx2Fma).has_avx2() && x.qmax <= X_QMAX_AVX2 {
             // The AVX2 tile on its own: on a VNNI machine `dots` takes the other one.
             let mut out = vec![i32::MIN; m * rows];
             // SAFETY: AVX2 was detected; the operands have the lengths `dots` checks.
@@ -690,10 +722,13 @@ mod tests {
             for rows in [1, 2, 5, 15, 16, 17, 31, 32, 33, 48, 50] {
                 // Tiles of eight x rows and of four, and one panel or two.
                 for m in [4, 8, 12, 20] {
-                    let (x, panels, w) = operands(m, rows, k, pseudo(k * 31 + rows + m));
-                    let want = reference(&x, m, &w, rows, k);
-                    for (path, out) in each_path(&x, m, &panels, rows, k) {
-                        assert_eq!(out, want, "k {k}, rows {rows}, m {m}, {path}");
+                    for qmax in [X_QMAX_AVX2, X_QMAX_VNNI] {
+                        let fill = pseudo(k * 31 + rows + m);
+                        let (x, panels, w) = operands(m, rows, k, qmax as i32, fill);
+                        let want = reference(&x, m, &w, rows, k);
+                        for (path, out) in each_path(&x, m, &panels, rows, k) {
+                            assert_eq!(out, want, "k {k}, rows {rows}, m {m}, {path}, {qmax}");
+                        }
                     }
                 }
             }
@@ -704,17 +739,27 @@ mod tests {
     fn sums_at_the_largest_k_and_values_are_exact() {
         // Every byte at its extreme: the VNNI tile's unsigned weights then sum past i32 before
         // the offset is taken off, and only wrapping arithmetic gives the exact result.
+        // For the AVX2 tile, x at its own extreme: each pair of products `2 · 255 · 63` from
+        // the unsigned weight bytes, just below the 16-bit saturation.
         let (m, rows, k) = (VNNI_X + TILE_X, 2 * panel::ROWS + 1, MAX_K);
-        for sign in [1, -1] {
-            let (x, panels, w) =
-                operands(m, rows, k, |at| if at % 2 == 0 { 127 } else { 127 * sign });
-            let want = reference(&x, m, &w, rows, k);
-            assert!(
-                want.iter().all(|&s| s.unsigned_abs() > 1 << 29),
-                "extreme sums"
-            );
-            for (path, out) in each_path(&x, m, &panels, rows, k) {
-                assert_eq!(out, want, "{path}");
+        for qmax in [X_QMAX_AVX2 as i32, X_QMAX_VNNI as i32] {
+            for sign in [1, -1] {
+                let fill = |at: usize| {
+                    if at.is_multiple_of(2) {
+                        127
+                    } else {
+                        127 * sign
+                    }
+                };
+                let (x, panels, w) = operands(m, rows, k, qmax, fill);
+                let want = reference(&x, m, &w, rows, k);
+                assert!(
+                    want.iter().all(|&s| s.unsigned_abs() > 1 << 28),
+                    "extreme sums"
+                );
+                for (path, out) in each_path(&x, m, &panels, rows, k) {
+                    assert_eq!(out, want, "{path}, {qmax}");
+                }
             }
         }
     }

@@ -360,7 +360,7 @@ impl Screen {
         // computed and never looked at. Each row is padded to `kp` with zeros as well.
         let mut u = int8::XBytes {
             q: vec![0; m_pad * kp],
-            mag: vec![0; m_pad * kp],
+            qmax: int8::x_qmax(cpu),
             wide: vec![0; m_pad * int8::WIDE],
             channels: Vec::new(),
             sums: Default::default(),
@@ -368,15 +368,15 @@ impl Screen {
         let norms: Vec<Option<(f64, f64)>> = x.chunks_exact(k).map(|r| self.x_norms(r)).collect();
         let covered: Vec<bool> = norms.iter().map(Option::is_some).collect();
         u.channels = int8::outlier_channels(x, k, &covered);
-        let channels = &u.channels;
-        let rows = u.q.chunks_exact_mut(kp).zip(u.mag.chunks_exact_mut(kp));
+        let (channels, qmax) = (&u.channels, u.qmax);
+        let rows = u.q.chunks_exact_mut(kp);
         let xs: Vec<Option<XRow>> = x
             .chunks_exact(k)
             .zip(norms)
             .zip(rows.zip(u.wide.chunks_exact_mut(int8::WIDE)))
-            .map(|((xr, norms), ((qr, mr), wr))| {
+            .map(|((xr, norms), (qr, wr))| {
                 let (abs, l2) = norms?;
-                let rounded = int8::round_row(xr, channels, &mut qr[..k], &mut mr[..k], wr);
+                let rounded = int8::round_row(xr, channels, &mut qr[..k], wr, qmax);
                 Some(XRow {
                     abs,
                     l2,
