@@ -19,7 +19,6 @@ const PER_VECTOR: &[&str] = &[
     "load_u32",
     "nibbles",
     "nibbles32",
-    "paired_controls",
     "paired_nibbles",
     "paired_tops",
     "q5_0_clear",

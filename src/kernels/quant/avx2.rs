@@ -267,7 +267,7 @@ fn scaled(q: __m256i, d: __m256) -> __m256 {
 }
 
 /// `1 / 2^24`: what a scale is multiplied by to meet [`tops`]' values, which are `q · 2^24`.
-pub(super) const UNTOP: f32 = 1.0 / 16_777_216.0;
+const UNTOP: f32 = 1.0 / 16_777_216.0;
 
 /// The `vpshufb` controls of [`tops`]: `[0]` puts bytes 0-7 of the sixteen in both halves of a
 /// vector into the top byte of one 32-bit lane each (the other three bytes zero), `[1]` bytes
@@ -306,49 +306,22 @@ fn tops(lo: __m256i, hi: __m256i) -> [__m256; 4] {
 }
 
 /// The `vpshufb` controls of [`paired_tops`]: `[i]` puts bytes `4i .. 4i + 4` of each half
-/// into the top bytes of that half's four 32-bit lanes (the other three bytes zero).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn paired_controls() -> [__m256i; 4] {
-    const Z: i8 = -128;
-    let c = |i: i8| {
-        _mm256_setr_epi8(
-            Z,
-            Z,
-            Z,
-            i,
-            Z,
-            Z,
-            Z,
-            i + 1,
-            Z,
-            Z,
-            Z,
-            i + 2,
-            Z,
-            Z,
-            Z,
-            i + 3,
-            Z,
-            Z,
-            Z,
-            i,
-            Z,
-            Z,
-            Z,
-            i + 1,
-            Z,
-            Z,
-            Z,
-            i + 2,
-            Z,
-            Z,
-            Z,
-            i + 3,
-        )
-    };
-    [c(0), c(4), c(8), c(12)]
-}
+/// into the top bytes of that half's four 32-bit lanes (the other three bytes zero, by a set
+/// top bit).
+const PAIRED_CONTROLS: [[i8; 32]; 4] = {
+    let mut c = [[-128i8; 32]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let mut lane = 0;
+        while lane < 8 {
+            // Byte 3 of each 32-bit lane; both halves pick from their own 16 bytes.
+            c[i][4 * lane + 3] = (4 * i + lane % 4) as i8;
+            lane += 1;
+        }
+        i += 1;
+    }
+    c
+};
 
 /// [`Blocks::paired`]' 32 signed bytes as four vectors of `q · 2^24`, exact, like [`tops`]:
 /// elements 0-3 and 8-11, 4-7 and 12-15, 16-19 and 24-27, 20-23 and 28-31. Each lane of a
@@ -359,12 +332,15 @@ fn paired_controls() -> [__m256i; 4] {
 #[target_feature(enable = "avx2")]
 #[inline]
 fn paired_tops(p: __m256i) -> [__m256; 4] {
-    let [c0, c1, c2, c3] = paired_controls();
+    let c = |i: usize| {
+        // SAFETY: each control is 32 bytes (one unaligned load).
+        unsafe { _mm256_loadu_si256(PAIRED_CONTROLS[i].as_ptr().cast::<__m256i>()) }
+    };
     [
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c0)),
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c1)),
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c2)),
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c3)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(0))),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(1))),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(2))),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(3))),
     ]
 }
 
@@ -551,7 +527,6 @@ impl Blocks for Q4_0 {
     const GROUPS: usize = 1;
     one_f16_scale!();
     one_group!();
-
     #[inline(always)]
     unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
