@@ -542,14 +542,30 @@ impl Blocks for Q4_0 {
     }
 }
 
-/// For each byte of `spread`, which holds the byte of Q5_0's `qh` with its element's fifth bit
-/// (bit `i % 8` for byte `i` of a half): `0xf0` where that bit is clear, else zero.
+/// For each byte `i` of a vector, `0xf0` where the fifth bit of its element is clear, else
+/// zero: `from[i]` names the byte of Q5_0's `qh` (block `b`'s bytes 2-5) holding that bit,
+/// bit `i % 8` of it.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn q5_0_clear(spread: __m256i) -> __m256i {
+fn q5_0_clear(b: &[u8], from: [i8; 32]) -> __m256i {
+    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
+    // SAFETY: `from` is 32 bytes (one unaligned load).
+    let from = unsafe { _mm256_loadu_si256(from.as_ptr().cast::<__m256i>()) };
+    let spread = _mm256_shuffle_epi8(qh, from);
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
     let clear = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256());
     _mm256_and_si256(clear, _mm256_set1_epi8(-16))
+}
+
+/// `[a; 8]`, `[b; 8]`, `[c; 8]`, `[d; 8]`: which byte of `qh` each byte of a vector reads.
+const fn qh_bytes(a: i8, b: i8, c: i8, d: i8) -> [i8; 32] {
+    let mut out = [0i8; 32];
+    let mut i = 0;
+    while i < 32 {
+        out[i] = [a, b, c, d][i / 8];
+        i += 1;
+    }
+    out
 }
 
 impl Blocks for Q5_0 {
@@ -562,16 +578,9 @@ impl Blocks for Q5_0 {
     unsafe fn paired(b: &[u8], _g: usize) -> __m256i {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
-            // The byte of qh with each element's fifth bit: elements 0-7 and 16-23 in the low
-            // half (qh bytes 0 and 2), 8-15 and 24-31 in the high half (bytes 1 and 3).
-            let clear = q5_0_clear(_mm256_shuffle_epi8(
-                qh,
-                _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3,
-                    3, 3, 3, 3, 3, 3,
-                ),
-            ));
+            // Elements 0-7 and 16-23 in the low half (qh bytes 0 and 2), 8-15 and 24-31 in
+            // the high half (bytes 1 and 3).
+            let clear = q5_0_clear(b, const { qh_bytes(0, 2, 1, 3) });
             _mm256_or_si256(paired_nibbles(&b[6..22]), clear)
         }
     }
@@ -580,24 +589,11 @@ impl Blocks for Q5_0 {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
             let qs = broadcast16(&b[6..22]);
-            let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
             // Bit i of qh is element i's 16. Each byte takes the byte of qh that holds its bit;
             // where the bit is clear, the value is the nibble less 16: the nibble with the top
             // four bits set, one `or`.
-            let lo = q5_0_clear(_mm256_shuffle_epi8(
-                qh,
-                _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1,
-                    1, 1, 1, 1, 1, 1,
-                ),
-            ));
-            let hi = q5_0_clear(_mm256_shuffle_epi8(
-                qh,
-                _mm256_setr_epi8(
-                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                    3, 3, 3, 3, 3, 3,
-                ),
-            ));
+            let lo = q5_0_clear(b, const { qh_bytes(0, 1, 0, 1) });
+            let hi = q5_0_clear(b, const { qh_bytes(2, 3, 2, 3) });
             [
                 _mm256_or_si256(nibbles(qs, 0), lo),
                 _mm256_or_si256(nibbles(qs, 4), hi),
@@ -840,18 +836,10 @@ mod tests {
         }
     }
 
-    /// A group's values come from `(ds / 2^24) · (q · 2^24)` ([`from_top`]), which is `ds · q`
-    /// only if `ds / 2^24` is exact: every f16 bit pattern as a block's scale (and as Q4_K's
-    /// and Q5_K's minimum's), with levels spread over their range, decodes to the scalar
-    /// decoder's bits.
-    #[test]
-    fn values_through_the_top_byte_are_the_scalar_ones_for_every_f16_scale() {
-        if !(std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c"))
-        {
-            return;
-        }
+    /// Every format's block with every f16 bit pattern as its scale (and, rotated, as the K
+    /// formats' minimum), one of its quantized bytes moving with the pattern so every level
+    /// meets many scales, through `decode` and the scalar decoder: the same bits.
+    fn holds_for_every_f16_scale(decode: impl Fn(DType, &[u8], &mut [f32])) {
         for dtype in DType::ALL.into_iter().filter(|d| d.is_quantized()) {
             let size = dtype.block_bytes();
             // Bytes that run through every value; the scales are written over them below.
@@ -869,9 +857,9 @@ mod tests {
                     }
                     _ => block[0..2].copy_from_slice(&scale),
                 }
+                block[(size - 1) / 2] = bits as u8;
                 super::super::read(dtype, &block, 0, &mut scalar);
-                // SAFETY: AVX2, FMA and F16C detected above.
-                unsafe { read_avx2(dtype, &block, 0, &mut vector) };
+                decode(dtype, &block, &mut vector);
                 for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
                     assert!(same(s, v), "{dtype} scale {bits:#06x} element {i}: {s} {v}");
                 }
@@ -879,15 +867,29 @@ mod tests {
         }
     }
 
+    fn has_avx2_fma_f16c() -> bool {
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+    }
+
+    /// A group's values come from `(ds / 2^24) · (q · 2^24)` ([`from_top`]), which is `ds · q`
+    /// only if `ds / 2^24` is exact, and the K formats' `ds · q - dm` from one fused
+    /// multiply-add, which is the multiply then the subtract only if `ds · q` is exact.
+    #[test]
+    fn values_through_the_top_byte_are_the_scalar_ones_for_every_f16_scale() {
+        if !has_avx2_fma_f16c() {
+            return;
+        }
+        // SAFETY: AVX2, FMA and F16C detected above.
+        holds_for_every_f16_scale(|dtype, block, out| unsafe { read_avx2(dtype, block, 0, out) });
+    }
+
     /// The one-row gemv's decode ([`gemv_group`]: factors divided by 2^24 beforehand, and
-    /// for some formats the paired order) against the scalar decoder, for every f16 bit
-    /// pattern as a block's scale (and minimum).
+    /// for some formats the paired order) against the scalar decoder.
     #[test]
     fn the_gemv_decode_gives_the_scalar_bits_for_every_f16_scale() {
-        if !(std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c"))
-        {
+        if !has_avx2_fma_f16c() {
             return;
         }
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -913,35 +915,10 @@ mod tests {
                 }
             }
         }
-        for dtype in DType::ALL.into_iter().filter(|d| d.is_quantized()) {
-            let size = dtype.block_bytes();
-            let mut block: Vec<u8> = (0..size).map(|i| (i * 53 + 7) as u8).collect();
-            let n = dtype.block_elems();
-            let (mut scalar, mut vector) = (vec![0.0f32; n], vec![0.0f32; n]);
-            for bits in 0..=u16::MAX {
-                let scale = bits.to_le_bytes();
-                let other = bits.rotate_left(3).to_le_bytes();
-                match dtype {
-                    DType::Q6_K => block[208..210].copy_from_slice(&scale),
-                    DType::Q4_K | DType::Q5_K => {
-                        block[0..2].copy_from_slice(&scale);
-                        block[2..4].copy_from_slice(&other);
-                    }
-                    _ => block[0..2].copy_from_slice(&scale),
-                }
-                // The quantized bytes change with the scale, so every level meets many.
-                let last = size - 1;
-                block[last / 2] = bits as u8;
-                super::super::read(dtype, &block, 0, &mut scalar);
-                // SAFETY: AVX2, FMA and F16C detected above.
-                unsafe {
-                    by_format!(dtype, B => decode::<B>(&block, &mut vector), _f => unreachable!())
-                };
-                for (i, (&s, &v)) in scalar.iter().zip(&vector).enumerate() {
-                    assert!(same(s, v), "{dtype} scale {bits:#06x} element {i}: {s} {v}");
-                }
-            }
-        }
+        holds_for_every_f16_scale(|dtype, block, out| {
+            // SAFETY: AVX2, FMA and F16C detected above.
+            unsafe { by_format!(dtype, B => decode::<B>(block, out), _f => unreachable!()) }
+        });
     }
 
     /// The kernels pick the table, F16C or the software conversion by path and format, so all
