@@ -409,6 +409,37 @@ pub(crate) fn axpys<const N: usize>(y: &mut [f32], a: [f32; N], x: [&[f32]; N]) 
     }
 }
 
+/// `vpshufb` controls that move a byte into the top of a 32-bit lane, making the lane the
+/// byte's signed value times 2^24, exact: control `i` puts bytes `4i .. 4i + 4` of each 16-byte
+/// half into the top bytes of that half's four lanes (the other bytes zero, by a set top bit).
+/// The AVX2 block decoders' paired order and batch 1's AVX2 screen widen bytes with them.
+#[cfg(target_arch = "x86_64")]
+const TOP_BYTES: [[i8; 32]; 4] = {
+    let mut c = [[-128i8; 32]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let mut lane = 0;
+        while lane < 8 {
+            // Byte 3 of each 32-bit lane; both halves pick from their own 16 bytes.
+            c[i][4 * lane + 3] = (4 * i + lane % 4) as i8;
+            lane += 1;
+        }
+        i += 1;
+    }
+    c
+};
+
+/// The four [`TOP_BYTES`] controls as vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn top_byte_controls() -> [std::arch::x86_64::__m256i; 4] {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256};
+    // SAFETY: each control is 32 bytes (one unaligned load).
+    let c = |i: usize| unsafe { _mm256_loadu_si256(TOP_BYTES[i].as_ptr().cast::<__m256i>()) };
+    [c(0), c(1), c(2), c(3)]
+}
+
 /// Decode little-endian bf16 (`half = false`) or f16 (`half = true`) elements from `bytes`
 /// (2 per element) into `out`, with AVX2/F16C; exactly the values of [`bf16_to_f32`] and
 /// [`f16_to_f32`] (NaN payloads aside).

@@ -26,6 +26,7 @@ const PER_VECTOR: &[&str] = &[
     "q6_k_bytes",
     "scaled",
     "top_controls",
+    "top_byte_controls",
     "tops",
     "widen",
 ];

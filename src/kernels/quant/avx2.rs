@@ -19,6 +19,7 @@ use std::arch::x86_64::{
 
 use super::{decode_block, for_blocks, half, k_group_factors, Halves};
 use crate::kernels::dtype::DType;
+use crate::kernels::simd::top_byte_controls;
 
 /// [`super::read`] with the block formats decoded eight values at a time. Callers outside this
 /// module's features call it only after detecting AVX2, FMA and F16C.
@@ -305,25 +306,8 @@ fn tops(lo: __m256i, hi: __m256i) -> [__m256; 4] {
     ]
 }
 
-/// The `vpshufb` controls of [`paired_tops`]: `[i]` puts bytes `4i .. 4i + 4` of each half
-/// into the top bytes of that half's four 32-bit lanes (the other three bytes zero, by a set
-/// top bit).
-const PAIRED_CONTROLS: [[i8; 32]; 4] = {
-    let mut c = [[-128i8; 32]; 4];
-    let mut i = 0;
-    while i < 4 {
-        let mut lane = 0;
-        while lane < 8 {
-            // Byte 3 of each 32-bit lane; both halves pick from their own 16 bytes.
-            c[i][4 * lane + 3] = (4 * i + lane % 4) as i8;
-            lane += 1;
-        }
-        i += 1;
-    }
-    c
-};
-
-/// [`Blocks::paired`]' 32 signed bytes as four vectors of `q · 2^24`, exact, like [`tops`]:
+/// [`Blocks::paired`]' 32 signed bytes as four vectors of `q · 2^24`, exact, like [`tops`]
+/// (by [`top_byte_controls`]):
 /// elements 0-3 and 8-11, 4-7 and 12-15, 16-19 and 24-27, 20-23 and 28-31. Each lane of a
 /// vector holds the same element of sixteen as that lane of the vector two before, so two
 /// accumulators still add each lane's elements in ascending order, with x read in the same
@@ -332,15 +316,12 @@ const PAIRED_CONTROLS: [[i8; 32]; 4] = {
 #[target_feature(enable = "avx2")]
 #[inline]
 fn paired_tops(p: __m256i) -> [__m256; 4] {
-    let c = |i: usize| {
-        // SAFETY: each control is 32 bytes (one unaligned load).
-        unsafe { _mm256_loadu_si256(PAIRED_CONTROLS[i].as_ptr().cast::<__m256i>()) }
-    };
+    let [c0, c1, c2, c3] = top_byte_controls();
     [
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(0))),
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(1))),
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(2))),
-        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c(3))),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c0)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c1)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c2)),
+        _mm256_cvtepi32_ps(_mm256_shuffle_epi8(p, c3)),
     ]
 }
 

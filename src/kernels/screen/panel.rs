@@ -254,20 +254,12 @@ fn centres_avx2(x: &[f32], panel: &[u8], out: &mut [f32; ROWS]) {
     use std::arch::x86_64::{
         __m256i, _mm256_broadcast_ps, _mm256_castps256_ps128, _mm256_cvtepi32_ps,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_set1_epi8,
-        _mm256_setr_epi8, _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_xor_si256, _mm_loadu_ps,
-        _mm_prefetch, _mm_storeu_ps, _MM_HINT_T0,
+        _mm256_setzero_ps, _mm256_shuffle_epi8, _mm256_xor_si256, _mm_loadu_ps, _mm_prefetch,
+        _mm_storeu_ps, _MM_HINT_T0,
     };
-    const Z: i8 = -128;
     // Control `c` moves row `c`'s four bytes of each half (rows c and c + 4 of the eight a
     // 32-byte load holds) into the top bytes of that half's four lanes.
-    let control = |c: i8| {
-        let (a, b, d, e) = (4 * c, 4 * c + 1, 4 * c + 2, 4 * c + 3);
-        _mm256_setr_epi8(
-            Z, Z, Z, a, Z, Z, Z, b, Z, Z, Z, d, Z, Z, Z, e, Z, Z, Z, a, Z, Z, Z, b, Z, Z, Z, d, Z,
-            Z, Z, e,
-        )
-    };
-    let controls = [control(0), control(1), control(2), control(3)];
+    let controls = crate::kernels::simd::top_byte_controls();
     let mut acc = [_mm256_setzero_ps(); 8];
     let flip = _mm256_set1_epi8(FLIP as i8);
     for (g, xs) in x.chunks_exact(GROUP).enumerate() {
