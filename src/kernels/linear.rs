@@ -363,7 +363,7 @@ impl Rows for F32Rows<'_> {
 fn run<S: Rows>(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, w: &S) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     let min_cols = min_task_cols(m, k);
-    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, k, w));
+    let lhs = Lhs::new(cpu, x, m, k, reading(cpu, m, k, w));
     parallel::for_columns(&mut out, n, min_cols, ALIGN, per_thread(m), |mut block| {
         columns_on(cpu, &lhs, m, k, w, &mut block)
     });
@@ -377,20 +377,62 @@ struct Lhs<'a> {
     /// A copy of x starting on a cache line, when x does not.
     aligned: Option<LineAligned>,
     permuted: Option<Vec<f32>>,
+    /// x's rows in the paired order, for the AVX2 strips of a format that reads them so.
+    paired: Option<LineAligned>,
+}
+
+/// How the kernel a call takes reads x ([`reading`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Reading {
+    Rows,
+    /// The panel kernel's lane segments ([`takes_panels`]).
+    Panels,
+    /// The AVX2 strips' paired order ([`quant::strips_read_paired`]).
+    Paired,
+}
+
+/// How `m` x rows times `w` read x on this CPU.
+fn reading<S: Rows>(cpu: Cpu, m: usize, k: usize, w: &S) -> Reading {
+    if takes_panels(cpu, m, k, w) {
+        return Reading::Panels;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if cpu.isa() == Isa::Avx2Fma
+        && w.raw()
+            .is_some_and(|(_, d)| quant::takes_strips_avx2(d, m) && quant::strips_read_paired(d))
+    {
+        return Reading::Paired;
+    }
+    Reading::Rows
 }
 
 impl<'a> Lhs<'a> {
-    /// `panels`: whether the panel kernel takes these rows ([`takes_panels`]).
-    fn new(cpu: Cpu, x: &'a [f32], m: usize, k: usize, panels: bool) -> Lhs<'a> {
+    fn new(cpu: Cpu, x: &'a [f32], m: usize, k: usize, reading: Reading) -> Lhs<'a> {
         #[cfg(target_arch = "x86_64")]
-        if panels {
-            return Lhs {
-                x,
-                aligned: None,
-                permuted: Some(panel::permute_rows(x, m, k)),
-            };
+        match reading {
+            Reading::Panels => {
+                return Lhs {
+                    x,
+                    aligned: None,
+                    permuted: Some(panel::permute_rows(x, m, k)),
+                    paired: None,
+                };
+            }
+            // One copy for every thread: each thread's own, at 32 rows of 2048, cost the
+            // strips more than the paired decode saved.
+            Reading::Paired => {
+                let mut paired = LineAligned::zeroed(m * k);
+                quant::paired_order(&x[..m * k], paired.as_mut_slice());
+                return Lhs {
+                    x,
+                    aligned: None,
+                    permuted: None,
+                    paired: Some(paired),
+                };
+            }
+            Reading::Rows => {}
         }
-        let _ = (k, panels);
+        let _ = (k, reading);
         // The few-row kernels load x sixteen floats at a time, one load per multiply-add or
         // two, and from the heap's 16-byte alignment most of those loads straddled two cache
         // lines. A copy on a line boundary, alternated call by call in one process with one
@@ -404,12 +446,20 @@ impl<'a> Lhs<'a> {
             x,
             aligned: misaligned.then(|| LineAligned::copy_of(x)),
             permuted: None,
+            paired: None,
         }
     }
 
     /// x's rows, from the aligned copy if there is one.
     fn rows(&self) -> &[f32] {
         self.aligned.as_ref().map_or(self.x, LineAligned::as_slice)
+    }
+
+    /// x's rows as the AVX2 strips read them: in the paired order if [`Reading::Paired`].
+    fn strip_rows(&self) -> &[f32] {
+        self.paired
+            .as_ref()
+            .map_or_else(|| self.rows(), LineAligned::as_slice)
     }
 }
 
@@ -500,7 +550,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
 
 /// [`linear_argmax`] of `m` x rows by scoring every weight row.
 fn argmax_all(cpu: Cpu, x: &[f32], m: usize, k: usize, n: usize, src: &WeightRows<'_>) -> Vec<u32> {
-    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, k, src));
+    let lhs = Lhs::new(cpu, x, m, k, reading(cpu, m, k, src));
     let best = argmax_cols(cpu, &lhs, m, k, 0..n, src);
     // Every row saw at least one column (n > 0), and ids are below n, which fits u32.
     best.into_iter().map(|b| b.index as u32).collect()
@@ -641,7 +691,7 @@ fn argmax_in_spans(cpu: Cpu, x: &[f32], m: usize, k: usize, weight: &Weight) -> 
         bytes: weight.bytes(),
         dtype: weight.dtype(),
     };
-    let lhs = Lhs::new(cpu, x, m, k, takes_panels(cpu, m, k, &w));
+    let lhs = Lhs::new(cpu, x, m, k, reading(cpu, m, k, &w));
     let mut best = vec![Best::NONE; m];
     let n = weight.shape()[0];
     for start in (0..n).step_by(SCREEN_FULL_SPAN) {
@@ -776,7 +826,7 @@ fn best_among(cpu: Cpu, x: &[f32], rows: &[usize], weight: &Weight) -> Best {
 /// another in `dtype`.
 fn best_in(cpu: Cpu, x: &[f32], rows: &[usize], bytes: &[u8], dtype: DType) -> Best {
     let k = x.len();
-    let lhs = Lhs::new(cpu, x, 1, k, false);
+    let lhs = Lhs::new(cpu, x, 1, k, Reading::Rows);
     let gathered = WeightRows { bytes, dtype };
     let mut scores = vec![0.0f32; rows.len()];
     // One output per row, each the same dot product wherever the row sits in the operand.
@@ -860,7 +910,7 @@ fn columns_on<S: Rows>(
             return;
         }
         if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| quant::takes_strips_avx2(*d, m)) {
-            if quant::gemm_strips_avx2(dtype, lhs.rows(), m, k, bytes, out) {
+            if quant::gemm_strips_avx2(dtype, lhs.strip_rows(), m, k, bytes, out) {
                 return;
             }
         }

@@ -367,15 +367,15 @@ pub(super) fn from_top(
     }
 }
 
-/// Elements `32 g .. 32 g + 32` of block `b` as the one-row `gemv` takes them
-/// ([`super::gemv`]): through [`Blocks::paired`] and [`paired_tops`] (in their order) where
+/// Elements `32 g .. 32 g + 32` of block `b` in the fewest operations, as the one-row `gemv`
+/// ([`super::gemv`]) and the AVX2 strips ([`super::strip_avx2`]) take them: through [`Blocks::paired`] and [`paired_tops`] (in their order) where
 /// the format is [`Blocks::PAIRED`], else through [`Blocks::halves`] and [`tops`], with
 /// factors from [`Blocks::prepare_untopped`].
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[inline(always)]
-pub(super) unsafe fn gemv_group<B: Blocks>(
+pub(super) unsafe fn lean_group<B: Blocks>(
     b: &[u8],
     untopped: &B::Shared,
     g: usize,
@@ -866,8 +866,8 @@ mod tests {
         holds_for_every_f16_scale(|dtype, block, out| unsafe { read_avx2(dtype, block, 0, out) });
     }
 
-    /// The one-row gemv's decode ([`gemv_group`]: factors divided by 2^24 beforehand, and
-    /// for some formats the paired order) against the scalar decoder.
+    /// The one-row gemv's and the AVX2 strips' decode ([`lean_group`]: factors divided by 2^24
+    /// beforehand, and for some formats the paired order) against the scalar decoder.
     #[test]
     fn the_gemv_decode_gives_the_scalar_bits_for_every_f16_scale() {
         if !has_avx2_fma_f16c() {
@@ -879,7 +879,7 @@ mod tests {
             let shared = unsafe { B::prepare_untopped(block, super::super::untopped_halves()) };
             for (g, dst) in out.chunks_exact_mut(32).enumerate() {
                 // SAFETY: as above.
-                let v = unsafe { gemv_group::<B>(block, &shared, g) };
+                let v = unsafe { lean_group::<B>(block, &shared, g) };
                 let mut lanes = [0.0f32; 32];
                 for (v, o) in v.into_iter().zip(lanes.chunks_exact_mut(8)) {
                     // SAFETY: `o` holds exactly 8 f32s.

@@ -24,7 +24,7 @@ use std::arch::x86_64::{
 };
 use std::ops::Range;
 
-use super::avx2::{by_format, gemv_group, Blocks};
+use super::avx2::{by_format, lean_group, Blocks};
 use super::{untopped_halves, Halves};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
@@ -40,7 +40,7 @@ const ROWS: usize = 2;
 /// Where [`paired_order`] puts each quarter of sixteen: the order of the lanes of a
 /// [`Blocks::PAIRED`] format's two accumulators, and (the swap being its own inverse) the way
 /// back to lane order.
-const PAIRED_QUARTERS: [usize; 4] = [0, 8, 4, 12];
+pub(super) const PAIRED_QUARTERS: [usize; 4] = [0, 8, 4, 12];
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
 /// for a float dtype. Callers outside this module's features call it only after detecting AVX2,
@@ -67,9 +67,10 @@ fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &
     assert_eq!(out.len(), cols.len(), "gemv output length");
     assert!(k.is_multiple_of(elems), "gemv rows must be whole blocks");
     let x = &x[..k];
-    let paired;
+    let mut paired = Vec::new();
     let x = if B::PAIRED {
-        paired = paired_order(x);
+        paired.resize(k, 0.0);
+        paired_order(x, &mut paired);
         &paired[..]
     } else {
         x
@@ -82,17 +83,22 @@ fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &
     rows_by::<B, 1>(x, rows, row_bytes, at, out, halves);
 }
 
-/// `x` (whole groups of 16) with the middle quarters of every 16 swapped, elements 0-3, 8-11,
-/// 4-7, 12-15: the order of the values [`gemv_group`] gives a [`Blocks::PAIRED`] format in. A
-/// copy of one x row a call (at most a few KiB), against the rows of blocks it meets.
-fn paired_order(x: &[f32]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(x.len());
-    for s in x.chunks_exact(16) {
-        for q in PAIRED_QUARTERS {
-            out.extend_from_slice(&s[q..q + 4]);
+/// `x` (whole groups of 16) into `out` with the middle quarters of every 16 swapped, elements
+/// 0-3, 8-11, 4-7, 12-15: the order of the values [`lean_group`] gives a [`Blocks::PAIRED`]
+/// format in. Here a copy of one x row a call (at most a few KiB), against the rows of blocks
+/// it meets; for strips one copy of all the x rows a call, shared by the threads.
+///
+/// Panics if `out` is not as long as `x`, or that is not whole groups of 16.
+pub(crate) fn paired_order(x: &[f32], out: &mut [f32]) {
+    assert!(
+        x.len() == out.len() && x.len().is_multiple_of(16),
+        "paired order lengths"
+    );
+    for (s, d) in x.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
+        for (q, d) in PAIRED_QUARTERS.into_iter().zip(d.chunks_exact_mut(4)) {
+            d.copy_from_slice(&s[q..q + 4]);
         }
     }
-    out
 }
 
 /// Rows `at..` of `rows` (each `row_bytes` long) into `out[at..]`, `R` at a time while `R` are
@@ -164,7 +170,7 @@ fn dots<B: Blocks, const R: usize>(
             };
             for r in 0..R {
                 // SAFETY: `blk[r]` is one whole block (asserted lengths above).
-                let v = unsafe { gemv_group::<B>(blk[r], &shared[r], g) };
+                let v = unsafe { lean_group::<B>(blk[r], &shared[r], g) };
                 for i in 0..4 {
                     // SAFETY: register intrinsics.
                     acc[r][i % 2] = unsafe { _mm256_fmadd_ps(xv[i], v[i], acc[r][i % 2]) };
