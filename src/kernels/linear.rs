@@ -377,7 +377,8 @@ struct Lhs<'a> {
     /// A copy of x starting on a cache line, when x does not.
     aligned: Option<LineAligned>,
     permuted: Option<Vec<f32>>,
-    /// x's rows in the paired order, for the AVX2 strips of a format that reads them so.
+    /// x's rows in the paired order, for the AVX2 kernels of several rows of a format that
+    /// reads them so.
     paired: Option<LineAligned>,
 }
 
@@ -387,7 +388,7 @@ enum Reading {
     Rows,
     /// The panel kernel's lane segments ([`takes_panels`]).
     Panels,
-    /// The AVX2 strips' paired order ([`quant::strips_read_paired`]).
+    /// The paired order of the AVX2 kernels of several rows ([`quant::reads_paired`]).
     Paired,
 }
 
@@ -398,8 +399,11 @@ fn reading<S: Rows>(cpu: Cpu, m: usize, k: usize, w: &S) -> Reading {
     }
     #[cfg(target_arch = "x86_64")]
     if cpu.isa() == Isa::Avx2Fma
-        && w.raw()
-            .is_some_and(|(_, d)| quant::takes_strips_avx2(d, m) && quant::strips_read_paired(d))
+        && m > 1
+        && w.raw().is_some_and(|(_, d)| {
+            let several = quant::takes_strips_avx2(d, m) || quant::takes_registers(d, m);
+            quant::reads_paired(d) && several
+        })
     {
         return Reading::Paired;
     }
@@ -455,8 +459,9 @@ impl<'a> Lhs<'a> {
         self.aligned.as_ref().map_or(self.x, LineAligned::as_slice)
     }
 
-    /// x's rows as the AVX2 strips read them: in the paired order if [`Reading::Paired`].
-    fn strip_rows(&self) -> &[f32] {
+    /// x's rows as the AVX2 kernels of several rows of blocks read them: in the paired order
+    /// if [`Reading::Paired`].
+    fn block_rows(&self) -> &[f32] {
         self.paired
             .as_ref()
             .map_or_else(|| self.rows(), LineAligned::as_slice)
@@ -910,14 +915,14 @@ fn columns_on<S: Rows>(
             return;
         }
         if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| quant::takes_strips_avx2(*d, m)) {
-            if quant::gemm_strips_avx2(dtype, lhs.strip_rows(), m, k, bytes, out) {
+            if quant::gemm_strips_avx2(dtype, lhs.block_rows(), m, k, bytes, out) {
                 return;
             }
         }
         // A few x rows against blocks: decoded in registers, no tile buffer.
         let few = |d: DType| d.is_quantized() && quant::takes_registers(d, m);
         if let Some((bytes, dtype)) = w.raw().filter(|(_, d)| few(*d)) {
-            if quant::gemm_blocks_avx2(dtype, lhs.rows(), m, k, bytes, out) {
+            if quant::gemm_blocks_avx2(dtype, lhs.block_rows(), m, k, bytes, out) {
                 return;
             }
         }

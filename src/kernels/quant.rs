@@ -45,13 +45,15 @@ pub(crate) use avx2::read_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512::{gemv_blocks_avx512, read_avx512};
 #[cfg(target_arch = "x86_64")]
-pub(crate) use gemv::{gemm_blocks_avx2, gemv_blocks_avx2, paired_order, takes_registers};
+pub(crate) use gemv::{
+    gemm_blocks_avx2, gemv_blocks_avx2, paired_order, reads_paired, takes_registers,
+};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use panel::{panel_avx2, panel_avx512};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use strip::{gemm_strips_avx512, takes_strips};
 #[cfg(target_arch = "x86_64")]
-pub(crate) use strip_avx2::{gemm_strips_avx2, strips_read_paired, takes_strips_avx2};
+pub(crate) use strip_avx2::{gemm_strips_avx2, takes_strips_avx2};
 
 /// Elements in the largest block (the K formats' super-block).
 pub(crate) const MAX_BLOCK: usize = 256;

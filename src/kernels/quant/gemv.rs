@@ -16,7 +16,11 @@
 //! one multiply of each value ([`super::avx2`]'s top-byte widening) is all.
 //! On an AMD EPYC (Zen 3, AVX2, one thread, one x row against `[256, 640]` from L2,
 //! alternating): Q5_0 19.1 -> 17.5 µs with the paired order and the table, Q8_0 12.5 -> 11.1
-//! with the table, Q6_K 37.7 -> 33.0 against `[256, 1024]`.
+//! with the table, Q6_K 37.7 -> 33.0 against `[256, 1024]`. The kernel of a few x rows
+//! ([`gemm_blocks_avx2`], 2-5 rows) decodes the same way from one paired copy of x a call
+//! (`linear` makes it for all threads): one thread, best of eight alternating, Q5_0 x
+//! `[4, 640]` by `[2048, 640]` 266 -> 240 µs, `[2, 640]` 191 -> 180, Q6_K x `[4, 2048]` by
+//! `[640, 2048]` 273 -> 256.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
@@ -40,7 +44,7 @@ const ROWS: usize = 2;
 /// Where [`paired_order`] puts each quarter of sixteen: the order of the lanes of a
 /// [`Blocks::PAIRED`] format's two accumulators, and (the swap being its own inverse) the way
 /// back to lane order.
-pub(super) const PAIRED_QUARTERS: [usize; 4] = [0, 8, 4, 12];
+const PAIRED_QUARTERS: [usize; 4] = [0, 8, 4, 12];
 
 /// `out[j] = dot(x, w_row(cols.start + j))` for a block-format `dtype`; false (nothing written)
 /// for a float dtype. Callers outside this module's features call it only after detecting AVX2,
@@ -83,6 +87,15 @@ fn rows<B: Blocks>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &
     rows_by::<B, 1>(x, rows, row_bytes, at, out, halves);
 }
 
+/// Whether the AVX2 kernels of several x rows, [`gemm_blocks_avx2`] and the strips
+/// (`strip_avx2`), read x for `dtype` in the paired order ([`paired_order`]): the formats whose
+/// decode gives their values in that order ([`Blocks::PAIRED`], fewer operations for them; the
+/// lanes are put back in order before they are added, [`lane_order`]). The one-row kernel makes
+/// its own copy.
+pub(crate) fn reads_paired(dtype: DType) -> bool {
+    by_format!(dtype, B => B::PAIRED, _floats => false)
+}
+
 /// `x` (whole groups of 16) into `out` with the middle quarters of every 16 swapped, elements
 /// 0-3, 8-11, 4-7, 12-15: the order of the values [`lean_group`] gives a [`Blocks::PAIRED`]
 /// format in. Here a copy of one x row a call (at most a few KiB), against the rows of blocks
@@ -101,6 +114,17 @@ pub(crate) fn paired_order(x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// The sixteen lane sums of [`lean_group`]'s decode in lane order: [`PAIRED_QUARTERS`] swapped
+/// back for a [`Blocks::PAIRED`] format.
+#[inline(always)]
+pub(super) fn lane_order<B: Blocks>(sums: &[f32; LANES]) -> [f32; LANES] {
+    if B::PAIRED {
+        std::array::from_fn(|l| sums[PAIRED_QUARTERS[l / 4] + l % 4])
+    } else {
+        *sums
+    }
+}
+
 /// Rows `at..` of `rows` (each `row_bytes` long) into `out[at..]`, `R` at a time while `R` are
 /// left; returns the first row not done.
 #[inline(always)]
@@ -116,12 +140,7 @@ fn rows_by<B: Blocks, const R: usize>(
         let w: [&[u8]; R] = std::array::from_fn(|r| &rows[(at + r) * row_bytes..][..row_bytes]);
         let next = rows.as_ptr().wrapping_add((at + R) * row_bytes);
         for (o, sums) in o.iter_mut().zip(dots::<B, R>(x, w, next, halves)) {
-            let lanes: [f32; LANES] = if B::PAIRED {
-                std::array::from_fn(|l| sums[PAIRED_QUARTERS[l / 4] + l % 4])
-            } else {
-                sums
-            };
-            *o = simd::reduce_lanes(&lanes);
+            *o = simd::reduce_lanes(&lane_order::<B>(&sums));
         }
         at += R;
     }
@@ -206,8 +225,9 @@ pub(crate) fn takes_registers(dtype: DType, m: usize) -> bool {
     }
 }
 
-/// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows and a block-format
-/// `dtype`, each weight row's blocks decoded in registers once per [`X_ROWS`] x rows; false
+/// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` (a few) x rows (each in the
+/// paired order where [`reads_paired`]) and a block-format `dtype`, each weight row's blocks
+/// decoded in registers ([`lean_group`]) once per [`X_ROWS`] x rows; false
 /// (nothing written) for a float dtype. The order per output is [`gemv_blocks_avx2`]'s. Callers
 /// outside this module's features call it only after detecting AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -236,6 +256,7 @@ fn multi<B: Blocks>(
     let x = &x[..m * k];
     let row_bytes = k / elems * B::BYTES;
     let cols = out.cols();
+    let halves = untopped_halves();
     let mut sums = [[0.0f32; LANES]; X_ROWS];
     for j in cols.clone() {
         let w = &bytes[j * row_bytes..][..row_bytes];
@@ -246,13 +267,13 @@ fn multi<B: Blocks>(
             let rows = X_ROWS.min(m - i0);
             let xs = &x[i0 * k..(i0 + rows) * k];
             match rows {
-                4 => sums = dots_x::<B, 4>(xs, k, w),
-                3 => sums[..3].copy_from_slice(&dots_x::<B, 3>(xs, k, w)),
-                2 => sums[..2].copy_from_slice(&dots_x::<B, 2>(xs, k, w)),
-                _ => sums[..1].copy_from_slice(&dots_x::<B, 1>(xs, k, w)),
+                4 => sums = dots_x::<B, 4>(xs, k, w, halves),
+                3 => sums[..3].copy_from_slice(&dots_x::<B, 3>(xs, k, w, halves)),
+                2 => sums[..2].copy_from_slice(&dots_x::<B, 2>(xs, k, w, halves)),
+                _ => sums[..1].copy_from_slice(&dots_x::<B, 1>(xs, k, w, halves)),
             }
-            for (r, lanes) in sums[..rows].iter().enumerate() {
-                out.row(i0 + r)[j - cols.start] = simd::reduce_lanes(lanes);
+            for (r, sums) in sums[..rows].iter().enumerate() {
+                out.row(i0 + r)[j - cols.start] = simd::reduce_lanes(&lane_order::<B>(sums));
             }
             i0 += rows;
         }
@@ -262,7 +283,12 @@ fn multi<B: Blocks>(
 /// The 16 lane sums of `x_r · w` for `R` x rows (`xs`, `[R, k]`) and one weight row `w` of
 /// whole blocks.
 #[inline(always)]
-fn dots_x<B: Blocks, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; LANES]; R] {
+fn dots_x<B: Blocks, const R: usize>(
+    xs: &[f32],
+    k: usize,
+    w: &[u8],
+    halves: &Halves,
+) -> [[f32; LANES]; R] {
     let elems = 32 * B::GROUPS;
     let blocks = k / elems;
     assert!(
@@ -275,10 +301,10 @@ fn dots_x<B: Blocks, const R: usize>(xs: &[f32], k: usize, w: &[u8]) -> [[f32; L
     for b in 0..blocks {
         let blk = &w[b * B::BYTES..][..B::BYTES];
         // SAFETY: the callers enable F16C.
-        let shared = unsafe { B::prepare_f16c(blk) };
+        let shared = unsafe { B::prepare_untopped(blk, halves) };
         for g in 0..B::GROUPS {
             // SAFETY: `blk` is one whole block.
-            let v = unsafe { B::group(blk, &shared, g) };
+            let v = unsafe { lean_group::<B>(blk, &shared, g) };
             let at = b * elems + 32 * g;
             for (r, a) in acc.iter_mut().enumerate() {
                 // SAFETY: reads `xs[r * k + at..][..32]`, inside row `r` (`at + 32 <= k`).

@@ -12,7 +12,7 @@
 //!
 //! The decode is the one-row `gemv`'s ([`lean_group`]): scales divided by 2^24 beforehand, and
 //! Q5_0, Q5_K and Q6_K in the paired order, where each sixteen values come as elements 0-3,
-//! 8-11, 4-7, 12-15. x is then read in that order too ([`strips_read_paired`]: `linear` makes
+//! 8-11, 4-7, 12-15. x is then read in that order too ([`super::reads_paired`]: `linear` makes
 //! one copy a call for all threads) and each output's lanes are put back in order before they
 //! are added, so every lane still adds its own elements in ascending order. At eight x rows the
 //! decode was about 30 % of the time. On an AMD EPYC (Zen 3, one thread, medians alternating,
@@ -25,7 +25,7 @@ use std::arch::x86_64::{
 };
 
 use super::avx2::{by_format, lean_group, Blocks};
-use super::gemv::PAIRED_QUARTERS;
+use super::gemv::lane_order;
 use super::{untopped_halves, Halves};
 use crate::kernels::dtype::DType;
 use crate::kernels::parallel::ColumnsMut;
@@ -56,16 +56,8 @@ pub(crate) fn takes_strips_avx2(dtype: DType, m: usize) -> bool {
     dtype.is_quantized() && ROWS.contains(&m)
 }
 
-/// Whether [`gemm_strips_avx2`] reads x for `dtype` in the paired order
-/// ([`super::paired_order`]): the formats whose decode gives their values in that order
-/// ([`Blocks::PAIRED`]; it takes fewer operations for them, and the lanes are put back in
-/// order before they are added).
-pub(crate) fn strips_read_paired(dtype: DType) -> bool {
-    by_format!(dtype, B => B::PAIRED, _floats => false)
-}
-
 /// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` x rows (`[m, k]`, each in the
-/// paired order where [`strips_read_paired`]) and a block-format `dtype`; false (nothing
+/// paired order where [`super::reads_paired`]) and a block-format `dtype`; false (nothing
 /// written) for a float dtype. The order per output is
 /// every `linear` path's. Callers outside this module's features call it only after detecting
 /// AVX2, FMA and F16C.
@@ -147,12 +139,7 @@ fn strips<B: Blocks>(x: &[f32], m: usize, k: usize, bytes: &[u8], out: &mut Colu
                     for (dr, sums) in hold[..r].iter().enumerate() {
                         let row = &mut out.row(i0 + dr)[j - cols.start..j - cols.start + c];
                         for (o, sums) in row.iter_mut().zip(sums) {
-                            let lanes: [f32; LANES] = if B::PAIRED {
-                                std::array::from_fn(|l| sums[PAIRED_QUARTERS[l / 4] + l % 4])
-                            } else {
-                                *sums
-                            };
-                            *o = simd::reduce_lanes(&lanes);
+                            *o = simd::reduce_lanes(&lane_order::<B>(sums));
                         }
                     }
                 }
