@@ -531,21 +531,34 @@ fn dots_avx2(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
                 rows,
                 kp,
             };
+            // As in `dots_vnni`, the first x rows read this panel from memory and ask for the
+            // next one into L2 as they go ([`avx2_tile`]'s `FIRST`).
             // SAFETY: the bounds `dots` asserted; the CPU has AVX2.
-            unsafe { avx2_tile(&at, &wide, out) };
+            unsafe {
+                if i == 0 {
+                    avx2_tile::<true>(&at, &wide, out);
+                } else {
+                    avx2_tile::<false>(&at, &wide, out);
+                }
+            }
             i += TILE_X;
         }
     }
 }
 
-/// One tile of [`dots_avx2`].
+/// One tile of [`dots_avx2`]. `FIRST` (the first x rows against this panel): prefetch the
+/// next panel into L2 as well. At 8 x rows (two tiles a panel) `kernel_bench ARGMAX=1` on a
+/// random `[262144, 640]` head took 23.0 ms at best against 24.7 on one thread, 12.0 against
+/// 13.0 on two (AMD EPYC, Zen 3, builds alternating, best of 6-8 rounds on a noisy host; on the
+/// real 270M file at batch 8 the head's share of the step went down in four rounds of four); at
+/// 32 rows level. Dropping the L1 prefetch from the other tiles made 32 rows slower.
 ///
 /// # Safety
 /// The CPU has AVX2; `t.panels` holds one panel, x rows `i .. i + TILE_X` exist, and `out`
 /// holds rows `i .. i + TILE_X` of `t.rows` outputs.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn avx2_tile(
+unsafe fn avx2_tile<const FIRST: bool>(
     t: &Tile<'_>,
     wide: &[[std::arch::x86_64::__m256i; 2]; PAIRS],
     out: &mut [i32],
@@ -555,10 +568,11 @@ unsafe fn avx2_tile(
         use std::arch::x86_64::{
             __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
             _mm256_set1_epi16, _mm256_set1_epi32, _mm256_setzero_si256, _mm256_storeu_si256,
-            _mm256_sub_epi32, _mm_prefetch, _MM_HINT_T0,
+            _mm256_sub_epi32, _mm_prefetch, _MM_HINT_T0, _MM_HINT_T1,
         };
         const HALF: usize = panel::ROWS / 2;
         let (x, kp) = (t.x, t.kp);
+        let size = panel::ROWS * kp;
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_si256(); 2]; TILE_X];
         let w = t.panels.as_ptr();
@@ -566,6 +580,9 @@ unsafe fn avx2_tile(
         for g in 0..kp / panel::GROUP {
             let at = w.add(g * panel::GROUP_BYTES);
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
+            if FIRST {
+                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(size).cast());
+            }
             let a = [
                 _mm256_loadu_si256(at.cast::<__m256i>()),
                 _mm256_loadu_si256(at.add(32).cast::<__m256i>()),
