@@ -713,9 +713,9 @@ fn argmax_in_spans(cpu: Cpu, x: &[f32], m: usize, k: usize, weight: &Weight) -> 
 /// Each x row's best among the weight rows `lists[i]` lists for it (increasing; `None` for
 /// none, and then [`Best::NONE`]). The rows of a batch's lists overlap: at the start of a
 /// generation, when the model is unsure, 128 x rows (the real 270M model, the bench's prompts)
-/// listed 194 thousand rows in all but 29 thousand different ones, and copying a row out costs a file read (see [`best_among`]), so
-/// each listed row is copied once per call, `span_rows` of them at a time, and every x row
-/// listing it scores it from there.
+/// listed 194 thousand rows in all but 29 thousand different ones, and copying a row out costs
+/// a file read (see [`best_among`]), so each listed row is copied once per call, `span_rows` of
+/// them at a time, and every x row listing it scores it from there.
 fn best_of_lists(
     cpu: Cpu,
     x: &[f32],

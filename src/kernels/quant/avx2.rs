@@ -367,10 +367,11 @@ pub(super) fn from_top(
     }
 }
 
-/// Elements `32 g .. 32 g + 32` of block `b` in the fewest operations, as the one-row `gemv`
-/// ([`super::gemv`]) and the AVX2 strips ([`super::strip_avx2`]) take them: through [`Blocks::paired`] and [`paired_tops`] (in their order) where
-/// the format is [`Blocks::PAIRED`], else through [`Blocks::halves`] and [`tops`], with
-/// factors from [`Blocks::prepare_untopped`].
+/// Elements `32 g .. 32 g + 32` of block `b` in the fewest operations, as the AVX2 register
+/// kernels ([`super::gemv`]) and strips ([`super::strip_avx2`]) take them: through
+/// [`Blocks::paired`] and [`paired_tops`] (in their order) where the format is
+/// [`Blocks::PAIRED`], else through [`Blocks::halves`] and [`tops`], with factors from
+/// [`Blocks::prepare_untopped`].
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -866,8 +867,8 @@ mod tests {
         holds_for_every_f16_scale(|dtype, block, out| unsafe { read_avx2(dtype, block, 0, out) });
     }
 
-    /// The one-row gemv's and the AVX2 strips' decode ([`lean_group`]: factors divided by 2^24
-    /// beforehand, and for some formats the paired order) against the scalar decoder.
+    /// The decode of the AVX2 register kernels and strips ([`lean_group`]: factors divided by
+    /// 2^24 beforehand, and for some formats the paired order) against the scalar decoder.
     #[test]
     fn the_gemv_decode_gives_the_scalar_bits_for_every_f16_scale() {
         if !has_avx2_fma_f16c() {

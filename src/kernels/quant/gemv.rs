@@ -99,7 +99,8 @@ pub(crate) fn reads_paired(dtype: DType) -> bool {
 /// `x` (whole groups of 16) into `out` with the middle quarters of every 16 swapped, elements
 /// 0-3, 8-11, 4-7, 12-15: the order of the values [`lean_group`] gives a [`Blocks::PAIRED`]
 /// format in. Here a copy of one x row a call (at most a few KiB), against the rows of blocks
-/// it meets; for strips one copy of all the x rows a call, shared by the threads.
+/// it meets; for the kernels of several rows one copy of all of them a call, which `linear`
+/// shares between the threads.
 ///
 /// Panics if `out` is not as long as `x`, or that is not whole groups of 16.
 pub(crate) fn paired_order(x: &[f32], out: &mut [f32]) {

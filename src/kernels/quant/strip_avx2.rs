@@ -58,9 +58,8 @@ pub(crate) fn takes_strips_avx2(dtype: DType, m: usize) -> bool {
 
 /// `out[i][j] = dot(x_row(i), w_row(cols.start + j))` for `m` x rows (`[m, k]`, each in the
 /// paired order where [`super::reads_paired`]) and a block-format `dtype`; false (nothing
-/// written) for a float dtype. The order per output is
-/// every `linear` path's. Callers outside this module's features call it only after detecting
-/// AVX2, FMA and F16C.
+/// written) for a float dtype. The order per output is every `linear` path's. Callers outside
+/// this module's features call it only after detecting AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn gemm_strips_avx2(
     dtype: DType,
