@@ -97,8 +97,9 @@ pub(crate) trait Blocks {
     }
     /// Whether a value is `ds * q - dm` (the K formats with minimums) rather than `ds * q`.
     const AFFINE: bool = false;
-    /// Whether the one-row `gemv` decodes this format through [`Blocks::paired`] rather than
-    /// [`Blocks::halves`] ([`super::gemv`]).
+    /// Whether [`lean_group`] (the AVX2 register kernels and strips) decodes this format
+    /// through [`Blocks::paired`] rather than [`Blocks::halves`], x then read in that order
+    /// ([`super::gemv`]).
     const PAIRED: bool = false;
     /// Group `g`'s 32 integers `q` as [`paired_tops`] takes them: elements 0-7 then 16-23 in
     /// the low half, 8-15 then 24-31 in the high half. By default [`Blocks::group_i8`] with its
