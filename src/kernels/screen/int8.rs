@@ -531,8 +531,8 @@ fn dots_avx2(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
                 rows,
                 kp,
             };
-            // As in `dots_vnni`, the first x rows read this panel from memory and ask for the
-            // next one into L2 as they go ([`avx2_tile`]'s `FIRST`).
+            // As in `dots_vnni`, the first x rows read this panel from memory and ask for a
+            // later one into L2 as they go (here the one after next, [`avx2_tile`]'s `FIRST`).
             // SAFETY: the bounds `dots` asserted; the CPU has AVX2.
             unsafe {
                 if i == 0 {
@@ -547,11 +547,16 @@ fn dots_avx2(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
 }
 
 /// One tile of [`dots_avx2`]. `FIRST` (the first x rows against this panel): prefetch the
-/// next panel into L2 as well. At 8 x rows (two tiles a panel) `kernel_bench ARGMAX=1` on a
-/// random `[262144, 640]` head took 23.0 ms at best against 24.7 on one thread, 12.0 against
-/// 13.0 on two (AMD EPYC, Zen 3, builds alternating, best of 6-8 rounds on a noisy host; on the
-/// real 270M file at batch 8 the head's share of the step went down in four rounds of four); at
-/// 32 rows level. Dropping the L1 prefetch from the other tiles made 32 rows slower.
+/// panel after next into L2 as well. At 8 x rows (two tiles a panel) `kernel_bench ARGMAX=1` on
+/// a random `[262144, 640]` head took 23.0 ms at best against 24.7 on one thread, 12.0 against
+/// 13.0 on two with the next panel (AMD EPYC, Zen 3, builds alternating, best of 6-8 rounds on
+/// a noisy host; at 32 rows level). One panel ahead, the first tile's weight loads still
+/// waited on memory (`perf annotate`: a tenth of the tile's samples on one load at batch 8);
+/// two panels ahead took 12.5 -> 11.5 ms at best at 8 rows on two threads, 23.2 -> 21.7 on
+/// one, 8.9 -> 7.8 at 4 rows and 40.2 -> 38.1 at 32 (four panels ahead: between the two), and
+/// the real 270M file's head at batch 8 420 -> 383 ms over 31 steps (medians of four, builds
+/// alternating; Zen 3 again). Dropping the L1 prefetch from the other tiles made 32 rows
+/// slower.
 ///
 /// # Safety
 /// The CPU has AVX2; `t.panels` holds one panel, x rows `i .. i + TILE_X` exist, and `out`
@@ -581,7 +586,7 @@ unsafe fn avx2_tile<const FIRST: bool>(
             let at = w.add(g * panel::GROUP_BYTES);
             _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
             if FIRST {
-                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(size).cast());
+                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(2 * size).cast());
             }
             let a = [
                 _mm256_loadu_si256(at.cast::<__m256i>()),
