@@ -489,9 +489,9 @@ impl Blocks for Q8_0 {
 
 /// `vpshufb` of `a` by `control`, as written. Given a broadcast load and a constant control
 /// that only moves whole 8-byte quarters, LLVM folds the two into a plain load and one
-/// `vpermq`, which crosses the halves: on AMD's Zen 3 that is one every 1.25 cycles with a
-/// longer latency (measured: eight independent ones in 10 cycles, against 4 for eight
-/// `vpshufb`), in the chain of every Q5_0 block. With the shuffle kept, one x row against Q5_0
+/// `vpermq`, which crosses the halves: on AMD's Zen 3 that issues one every 1.25 cycles
+/// (measured: eight independent ones in 10 cycles, against 4 for eight `vpshufb`), and it sat
+/// in the chain of every Q5_0 block. With the shuffle kept, one x row against Q5_0
 /// `[2048, 640]` took 131.5 µs against 140.2 at best on one thread (`kernel_bench`, 5 rounds
 /// alternating), and 4 and 8 rows 2 % less; 32 rows level.
 #[target_feature(enable = "avx2")]
