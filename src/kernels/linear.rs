@@ -397,6 +397,8 @@ fn reading<S: Rows>(cpu: Cpu, m: usize, k: usize, w: &S) -> Reading {
     if takes_panels(cpu, m, k, w) {
         return Reading::Panels;
     }
+    // The kernels that read the shared paired copy, as `columns_on` picks them: one row goes
+    // to `row_gemv`, which pairs its own copy, so it gets none.
     #[cfg(target_arch = "x86_64")]
     if cpu.isa() == Isa::Avx2Fma
         && m > 1
