@@ -18,6 +18,16 @@ would keep.
 Screens: one scale per row with 127 levels (the runner's), 31, 15 and 7 levels; 7 levels per
 32-element group; the top-d principal directions of the head's rows, the rest bounded by
 Cauchy-Schwarz; the d channels largest on average in x, the rest bounded the same way.
+
+The split screen (the high nibble of 127 levels per group of 32, centred, within 8 scales of
+each weight; branch wip/split-screen) is counted twice more: with x rounded to 127 levels per
+group of 32 as its first pass would read it, and, for that one, with the floor a two-pass screen
+can actually reach (the best first-pass centre's row scored by the 8-bit second pass) instead of
+the exact best score.
+
+`--bench-prompts N` replaces the six text prompts with the first N of `runner bench`'s
+random-token prompts (length 32, the ids compare_pytorch.py draws too): its decode states are
+flatter than text's, and a screen is measured on them.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ PROMPTS = [
 ]
 
 
-def hidden_states(model_path: Path, tokenizer_path: Path, new_tokens: int):
+def hidden_states(model_path: Path, tokenizer_path: Path, new_tokens: int, bench: int = 0):
     import torch
     from tokenizers import Tokenizer
     from transformers import Gemma3ForCausalLM
@@ -53,8 +63,13 @@ def hidden_states(model_path: Path, tokenizer_path: Path, new_tokens: int):
     model.model.norm.register_forward_hook(
         lambda _m, _i, out: seen.append(out[0, -1].detach().numpy().astype(np.float64))
     )
-    for text in PROMPTS:
-        ids = [2] + tok.encode(text, add_special_tokens=False).ids
+    if bench:
+        from compare_pytorch import prompts
+
+        inputs = prompts(bench, 32, model.config.vocab_size, 2)
+    else:
+        inputs = [[2] + tok.encode(t, add_special_tokens=False).ids for t in PROMPTS]
+    for ids in inputs:
         with torch.no_grad():
             model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False)
     head = model.lm_head.weight.detach().numpy().astype(np.float64)
@@ -88,6 +103,41 @@ def quantised(x: np.ndarray, w: np.ndarray, levels: float, group: int | None = N
         yield score - r, score + r
 
 
+def split(x: np.ndarray, w: np.ndarray, x_levels: float | None, group: int = 32):
+    """The split screen's first pass: centres `s (16 floor(q / 16) + 7.5)` of 127 levels per
+    group, within `8 s` of the weight; x in f32 or rounded to `x_levels` per group of 32 (its
+    rounding error bounded by 120.5 s per unit). Yields (low, high, second-pass low)."""
+    n, k = w.shape
+    g = w.reshape(n, k // group, group)
+    s = np.abs(g).max(axis=2, keepdims=True) / 127
+    s[s == 0] = 1.0
+    q = np.clip(np.round(g / s), -127, 127)
+    centres = (s * (16 * np.floor(q / 16) + 7.5)).reshape(n, k)
+    full = (s * q).reshape(n, k)
+    s = s[:, :, 0]
+    for xi in x:
+        xa = np.abs(xi).reshape(-1, group).sum(axis=1)
+        xq, xe = xi, np.zeros_like(xa)
+        if x_levels:
+            xg = xi.reshape(-1, group)
+            t = np.abs(xg).max(axis=1, keepdims=True) / x_levels
+            t[t == 0] = 1.0
+            xq = (np.round(xg / t) * t).reshape(-1)
+            xe = np.abs(xi - xq).reshape(-1, group).sum(axis=1)
+        score = centres @ xq
+        r = s @ (8 * xa + 120.5 * xe)
+        best = int(np.argmax(score))
+        yield score - r, score + r, full[best] @ xi - s[best] @ xa / 2
+
+
+def reachable(bounds) -> np.ndarray:
+    """Rows kept when the floor is the larger of the first pass's best lower bound and the
+    second pass's lower bound on the row with the best centre."""
+    return np.array(
+        [int((hi >= max(lo.max(), second)).sum()) for lo, hi, second in bounds]
+    )
+
+
 def projected(x: np.ndarray, w: np.ndarray, basis: np.ndarray):
     wp = w @ basis
     rest_w = np.sqrt(np.maximum((w * w).sum(axis=1) - (wp * wp).sum(axis=1), 0.0))
@@ -103,13 +153,15 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=CACHE / "models" / "gemma-3-270m-q4_k_m.gguf")
     ap.add_argument("--tokenizer", type=Path, default=CACHE / "gemma3" / "tokenizer.json")
     ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--bench-prompts", type=int, default=0, metavar="N",
+                    help="runner bench's first N random-token prompts instead of the text ones")
     args = ap.parse_args()
     for path, fix in [(args.model, "scripts/fetch_model.sh gemma3-270m"),
                       (args.tokenizer, "scripts/fetch_tokenizer.sh")]:
         if not path.is_file():
             raise SystemExit(f"error: {path} not found: run {fix}")
 
-    x, w = hidden_states(args.model, args.tokenizer, args.new_tokens)
+    x, w = hidden_states(args.model, args.tokenizer, args.new_tokens, args.bench_prompts)
     best = (x @ w.T).max(axis=1)
     print(f"{len(x)} x rows, head {w.shape[0]} x {w.shape[1]}; rows kept (of {w.shape[0]}):")
     print(f"{'screen':34s} {'median':>8s} {'p90':>8s} {'max':>8s}")
@@ -120,6 +172,10 @@ def main() -> None:
     for levels in (127, 31, 15, 7):
         report(f"{levels} levels a row", kept_rows(quantised(x, w, levels), best))
     report("7 levels a group of 32", kept_rows(quantised(x, w, 7, 32), best))
+    report("split, f32 x", kept_rows(((lo, hi) for lo, hi, _ in split(x, w, None)), best))
+    report("split, x 127 levels a group",
+           kept_rows(((lo, hi) for lo, hi, _ in split(x, w, 127)), best))
+    report("  same, floor the screen reaches", reachable(split(x, w, 127)))
     _, vectors = np.linalg.eigh(w.T @ w)
     vectors = vectors[:, ::-1]
     for d in (64, 128, 256, 320):
