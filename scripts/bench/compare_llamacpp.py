@@ -5,8 +5,8 @@ The measuring half of scripts/bench/compare_llamacpp.sh, which builds llama.cpp,
 checkpoint and then calls this with every file in place:
 
     compare_llamacpp.py --llama-bench BIN --gguf f32=FILE --gguf bf16=FILE --gguf Q4_K_M=FILE \
-        --runner BIN --model DIR [--batch 1,8,32,128] [--prompt 32] [--new 32] [--threads 2] \
-        [--rounds 2] [--torch-python PY] [--svg FILE] [--markdown FILE] [--json FILE] [--info K=V ...]
+        --runner BIN --model DIR|FILE.gguf [--batch 1,8,32,128] [--prompt 32] [--new 32] [--threads 2] \
+        [--rounds 2] [--torch-python PY [--torch-model DIR]] [--svg FILE] [--markdown FILE] [--json FILE] [--info K=V ...]
 
 Every round runs each engine once over all the batch sizes, in an order rotated by one every round
 (a spell of load from another tenant falls on a different engine each time):
@@ -16,7 +16,7 @@ Every round runs each engine once over all the batch sizes, in an order rotated 
   B*PROMPT / prefill time (`speed_pp`), decode tok/s = B*NEW / decode time (`speed_tg`). The
   smallest batch size is listed twice in -npl and its first row dropped: an untimed warm-up at
   batch size, as runner bench does one untimed step per batch size.
-- runner: `runner bench --model DIR --batch BATCHES --prompt-len PROMPT --new-tokens NEW --threads
+- runner: `runner bench --model DIR|FILE.gguf --batch BATCHES --prompt-len PROMPT --new-tokens NEW --threads
   THREADS --repeat 1 --json`: prefill_tokens_per_s = B*PROMPT / prefill time, decode_tokens_per_s =
   B*(NEW-1) / decode time (the first new token comes from the prefill).
 - with --torch-python: HF transformers f32 through scripts/bench/compare_pytorch.py --dtypes f32
@@ -155,7 +155,8 @@ def run_runner(args, batches: list[int]) -> tuple[dict[int, tuple[float, float]]
 def run_torch(args, batches: list[int]) -> dict[int, tuple[float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "torch.json"
-        cmd = [str(args.torch_python), str(ROOT / "scripts/bench/compare_pytorch.py"), "--model", str(args.model),
+        cmd = [str(args.torch_python), str(ROOT / "scripts/bench/compare_pytorch.py"),
+               "--model", str(args.torch_model or args.model),
                "--batch", ",".join(map(str, batches)), "--prompt-len", str(args.prompt),
                "--new-tokens", str(args.new), "--threads", str(args.threads), "--repeat", "1",
                "--dtypes", "f32", "--runner", str(args.runner), "--engine", str(args.engine),
@@ -244,7 +245,10 @@ def main() -> int:
     ap.add_argument("--runner", type=Path, default=ROOT / "target/release/runner")
     ap.add_argument("--engine", type=Path, default=ROOT / "engines/gemma3.eng")
     ap.add_argument("--policy", type=Path, default=ROOT / "policies/gemma3.json")
-    ap.add_argument("--model", type=Path, required=True, help="the checkpoint runner bench reads")
+    ap.add_argument("--model", type=Path, required=True,
+                    help="what runner bench reads: a checkpoint directory or a .gguf file")
+    ap.add_argument("--torch-model", type=Path,
+                    help="the safetensors checkpoint HF transformers reads (default: --model)")
     ap.add_argument("--batch", default="1,8,32,128")
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new", type=int, default=32)
@@ -337,7 +341,7 @@ def main() -> int:
               f"shape: {args.shape}; prompt {args.prompt}, {args.new} new tokens; batches "
               f"{','.join(map(str, batches))}; " + (f"{args.rounds} alternating rounds, medians" if args.rounds > 1
                                                    else "one round, engines in turn"),
-              f"runner checkpoint: {args.model} ({getattr(args, 'runner_model', {}).get('params', '?')} params, "
+              f"runner model: {args.model} ({getattr(args, 'runner_model', {}).get('params', '?')} params, "
               f"{getattr(args, 'runner_model', {}).get('weight_dtype', '?')})"]
     for k, v in info.items():
         header.append(f"{k}: {v}")

@@ -5,11 +5,16 @@
 #
 #   scripts/bench/compare_llamacpp.sh [--shape 270m|1b] [--batch 1,8,32,128] [--prompt 32] [--new 32]
 #       [--threads 2] [--rounds 2] [--model-dir DIR] [--runner BIN] [--svg FILE] [--markdown FILE]
-#       [--json FILE] [--torch] [--quantize] [--wait-idle SECONDS] [--setup-only]
+#       [--json FILE] [--torch] [--quantize] [--runner-reads q4_k_m|checkpoint] [--wait-idle SECONDS]
+#       [--setup-only]
 #
 #   --shape       checkpoint shape (default 270m); without --model-dir a random-weight checkpoint of
 #                 that shape is made once by scripts/reference/make_model.py (cached)
-#   --model-dir   use this checkpoint (config.json + safetensors) for runner and the conversions
+#   --model-dir   use this checkpoint (config.json + safetensors) for the conversions (and for the
+#                 runner with --runner-reads checkpoint)
+#   --runner-reads  which weights runner reads: q4_k_m (default), the same Q4_K_M GGUF file as
+#                 llama.cpp's Q4_K_M column, or checkpoint, the bf16 safetensors the GGUF files
+#                 were converted from (twice the bytes a step of the Q4_K_M file reads)
 #   --runner      the runner binary (default: target/release/runner; build it first)
 #   --svg         the chart (default docs/figures/decode-<shape>.svg)
 #   --markdown    also write the tables as markdown;  --json: every figure as JSON
@@ -44,7 +49,7 @@ ref="${RUNNER_REF_VENV:-$root/.venv-reference}"
 me="compare_llamacpp.sh"
 
 shape=270m batch=1,8,32,128 prompt=32 new=32 threads=2 rounds=2
-model_dir="" runner="$root/target/release/runner" svg="" markdown="" json="" torch=0 quantize=0 setup_only=0 wait_idle=90
+model_dir="" runner_reads=q4_k_m runner="$root/target/release/runner" svg="" markdown="" json="" torch=0 quantize=0 setup_only=0 wait_idle=90
 
 die() { echo "$me: $*" >&2; exit 1; }
 usage_err() { echo "$me: $*" >&2; echo "(see --help)" >&2; exit 2; }
@@ -60,6 +65,7 @@ while [ $# -gt 0 ]; do
     --threads) need_val "$@"; threads="$2"; shift 2 ;;
     --rounds) need_val "$@"; rounds="$2"; shift 2 ;;
     --model-dir) need_val "$@"; model_dir="$2"; shift 2 ;;
+    --runner-reads) need_val "$@"; runner_reads="$2"; shift 2 ;;
     --runner) need_val "$@"; runner="$2"; shift 2 ;;
     --svg) need_val "$@"; svg="$2"; shift 2 ;;
     --markdown) need_val "$@"; markdown="$2"; shift 2 ;;
@@ -72,6 +78,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$shape" in 270m|1b) ;; *) usage_err "--shape must be 270m or 1b (got '$shape')" ;; esac
+case "$runner_reads" in q4_k_m|checkpoint) ;; *) usage_err "--runner-reads must be q4_k_m or checkpoint (got '$runner_reads')" ;; esac
 [[ "$batch" =~ ^[0-9]+(,[0-9]+)*$ ]] || usage_err "--batch wants comma-separated sizes, e.g. 1,8,32 (got '$batch')"
 for v in prompt new threads rounds; do
   [[ "${!v}" =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || usage_err "--$v wants a positive integer (got '${!v}')"
@@ -270,17 +277,22 @@ if [ "$setup_only" = 1 ]; then
 fi
 
 # --- the measurements ---------------------------------------------------------------------------
+if [ "$runner_reads" = q4_k_m ]; then
+  runner_model="$q4"; runner_note="runner reads the Q4_K_M file"
+else
+  runner_model="$model_dir"; runner_note="runner reads the bf16 checkpoint"
+fi
 step "measuring: $rounds rounds, batches $batch, prompt $prompt, $new new tokens, $threads threads"
 args=(--llama-bench "$bench_bin" --gguf "f32=$conv/f32.gguf" --gguf "bf16=$conv/bf16.gguf" --gguf "Q4_K_M=$q4"
-  --runner "$runner" --model "$model_dir" --batch "$batch" --prompt "$prompt" --new "$new"
+  --runner "$runner" --model "$runner_model" --batch "$batch" --prompt "$prompt" --new "$new"
   --threads "$threads" --rounds "$rounds" --shape "$shape" --svg "$svg" --wait-idle "$wait_idle"
   --info "cpu=$cpu ($cores cores; $isa)"
-  --info "runner=$runner_version, $runner built $runner_built; repo HEAD $git_rev"
+  --info "runner=$runner_version, $runner built $runner_built; repo HEAD $git_rev; $runner_note"
   --info "llama.cpp=llama_cpp_python $version sdist, llama.cpp ${commit:-commit unknown} ($bench_version); CPU only, GGML_NATIVE, OpenMP $omp"
-  --info "GGUF=f32 $(size_mib "$conv/f32.gguf") MiB and bf16 $(size_mib "$conv/bf16.gguf") MiB converted from the runner checkpoint; Q4_K_M $(size_mib "$q4") MiB, $q4_note")
+  --info "GGUF=f32 $(size_mib "$conv/f32.gguf") MiB and bf16 $(size_mib "$conv/bf16.gguf") MiB converted from the checkpoint $model_dir; Q4_K_M $(size_mib "$q4") MiB, $q4_note")
 [ -z "$markdown" ] || args+=(--markdown "$markdown")
 [ -z "$json" ] || args+=(--json "$json")
-[ "$torch" = 0 ] || args+=(--torch-python "$ref/bin/python")
+[ "$torch" = 0 ] || args+=(--torch-python "$ref/bin/python" --torch-model "$model_dir")
 "$py" "$here/compare_llamacpp.py" "${args[@]}" || die "the measurements failed"
 done_step
 echo "total $((SECONDS - t_all)) s" >&2
