@@ -5,8 +5,9 @@ The measuring half of scripts/bench/compare_llamacpp.sh, which builds llama.cpp,
 checkpoint and then calls this with every file in place:
 
     compare_llamacpp.py --llama-bench BIN --gguf f32=FILE --gguf bf16=FILE --gguf Q4_K_M=FILE \
-        --runner BIN --model DIR|FILE.gguf [--batch 1,8,32,128] [--prompt 32] [--new 32] [--threads 2] \
-        [--rounds 2] [--torch-python PY [--torch-model DIR]] [--svg FILE] [--markdown FILE] [--json FILE] [--info K=V ...]
+        --runner BIN --model DIR|FILE.gguf [--batch 1,8,32,128] [--prompt 32] [--new 32] \
+        [--threads 2] [--rounds 2] [--torch-python PY [--torch-model DIR]] [--svg FILE] \
+        [--markdown FILE] [--json FILE] [--info K=V ...]
 
 Every round runs each engine once over all the batch sizes, in an order rotated by one every round
 (a spell of load from another tenant falls on a different engine each time):
@@ -16,8 +17,8 @@ Every round runs each engine once over all the batch sizes, in an order rotated 
   B*PROMPT / prefill time (`speed_pp`), decode tok/s = B*NEW / decode time (`speed_tg`). The
   smallest batch size is listed twice in -npl and its first row dropped: an untimed warm-up at
   batch size, as runner bench does one untimed step per batch size.
-- runner: `runner bench --model DIR|FILE.gguf --batch BATCHES --prompt-len PROMPT --new-tokens NEW --threads
-  THREADS --repeat 1 --json`: prefill_tokens_per_s = B*PROMPT / prefill time, decode_tokens_per_s =
+- runner: `runner bench --model DIR|FILE.gguf --batch BATCHES --prompt-len PROMPT --new-tokens NEW
+  --threads THREADS --repeat 1 --json`: prefill_tokens_per_s = B*PROMPT / prefill time, decode_tokens_per_s =
   B*(NEW-1) / decode time (the first new token comes from the prefill).
 - with --torch-python: HF transformers f32 through scripts/bench/compare_pytorch.py --dtypes f32
   --repeat 1 (which also runs runner bench once per batch size; those runner figures are not used).
