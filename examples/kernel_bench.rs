@@ -1,6 +1,7 @@
 //! Quick timing of the hot kernels:
 //! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes;
-//! `DTYPES=Q5_0,...`: these weight types; `ARGMAX=1`: the head's path; `REPS=N`: N timed calls).
+//! `DTYPES=Q5_0,...`: these weight types; `ARGMAX=1`: the head's path; `REPS=N`: N timed calls;
+//! `COPIES=N`: cycle through N copies of each weight, so that calls read it from memory).
 //! Prints one core's issue rates of 512-bit multiply-adds, then the median of several runs for
 //! each shape, in GFLOP/s (2 flops per multiply-add).
 // `unsafe` only to call the issue-rate probes' `#[target_feature]` loops after detection.
@@ -59,11 +60,22 @@ fn blocks(dtype: DType, n: usize, k: usize) -> Weight {
 
 fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     let x = Tensor::new(vec![m, k], values(m * k, 1)).expect("shape");
-    let w = if dtype.is_quantized() {
-        blocks(dtype, n, k)
-    } else {
-        Weight::from_values(dtype, vec![n, k], &values(n * k, 2)).expect("shape")
-    };
+    // `COPIES=N`: cycle through N copies of the weight (a step's layers come from memory, not
+    // from a cache the previous call warmed).
+    let copies = std::env::var("COPIES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c: &usize| c > 0)
+        .unwrap_or(1);
+    let ws: Vec<Weight> = (0..copies)
+        .map(|_| {
+            if dtype.is_quantized() {
+                blocks(dtype, n, k)
+            } else {
+                Weight::from_values(dtype, vec![n, k], &values(n * k, 2)).expect("shape")
+            }
+        })
+        .collect();
     let reps = (2e9 / (2.0 * (m * k * n) as f64)).clamp(5.0, 400.0) as usize;
     // `ARGMAX=1`: time `linear_argmax` (the output head's path: the screen past 16384 rows,
     // built by a first call that is not timed) instead of `linear`.
@@ -76,15 +88,16 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
         .filter(|&r: &usize| r > 0)
         .unwrap_or(reps);
     if argmax {
-        std::hint::black_box(kernels::linear_argmax(&x, &w).expect("argmax"));
+        std::hint::black_box(kernels::linear_argmax(&x, &ws[0]).expect("argmax"));
     }
     let mut times = Vec::new();
-    for _ in 0..reps {
+    for rep in 0..reps {
+        let w = &ws[rep % copies];
         let t = Instant::now();
         if argmax {
-            std::hint::black_box(kernels::linear_argmax(&x, &w).expect("argmax"));
+            std::hint::black_box(kernels::linear_argmax(&x, w).expect("argmax"));
         } else {
-            std::hint::black_box(kernels::linear_on(isa, &x, &w).expect("linear"));
+            std::hint::black_box(kernels::linear_on(isa, &x, w).expect("linear"));
         }
         times.push(t.elapsed().as_secs_f64());
     }

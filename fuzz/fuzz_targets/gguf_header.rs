@@ -1,11 +1,21 @@
 //! The GGUF reader on arbitrary bytes: it must return a header or an error, never panic, and
-//! every tensor range it accepts must lie inside the input, whole blocks, disjoint.
+//! every tensor range it accepts must lie inside the input, whole blocks, disjoint; every item
+//! of every metadata array it accepts must read back.
 #![no_main]
 
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use runner::model::gguf::Gguf;
+use runner::model::gguf::{Gguf, MetaArray, MetaValue};
+
+fn read_back(a: &MetaArray) {
+    assert_eq!(a.iter().count(), a.len());
+    for v in a.iter() {
+        if let MetaValue::Array(inner) = v {
+            read_back(&inner);
+        }
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(gguf) = Gguf::parse(Path::new("fuzz.gguf"), data) {
@@ -16,6 +26,11 @@ fuzz_target!(|data: &[u8]| {
         }
         for pair in ranges.windows(2) {
             assert!(pair[0].end <= pair[1].start);
+        }
+        for v in gguf.metadata.values() {
+            if let MetaValue::Array(a) = v {
+                read_back(a);
+            }
         }
         for t in &gguf.tensors {
             let elems: usize = t.dims.iter().product();

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::gguf::Strings;
 use crate::error::{Diagnose, Exit};
 use crate::primitives::bounded_read::{read_bounded, MAX_TOKENIZER_BYTES};
 
@@ -126,13 +127,13 @@ impl Tokenizer {
     /// when they agree. llama.cpp's converter writes the whitespace-run tokens with spaces where
     /// `tokenizer.json` has SentencePiece's `▁`, so the two are compared with `▁` read as a
     /// space. Ids past the model's vocabulary (the tokenizer may have more) are not compared.
-    pub fn vocabulary_mismatch(&self, vocabulary: &[String]) -> Option<(u32, String, String)> {
+    pub fn vocabulary_mismatch(&self, vocabulary: &Strings) -> Option<(u32, String, String)> {
         let same = |a: &str, b: &str| a.replace('\u{2581}', " ") == b.replace('\u{2581}', " ");
         vocabulary.iter().enumerate().find_map(|(id, want)| {
             let id = u32::try_from(id).ok()?;
             match self.inner.id_to_token(id) {
                 Some(got) if same(&got, want) => None,
-                got => Some((id, want.clone(), got.unwrap_or_else(|| "(none)".into()))),
+                got => Some((id, want.to_owned(), got.unwrap_or_else(|| "(none)".into()))),
             }
         })
     }

@@ -16,7 +16,7 @@ use safetensors::SafeTensors;
 
 use super::config::{ModelConfig, ModelConfigError};
 use super::files::{CheckpointFiles, FileError, OpenFile, Seal};
-use super::gguf::GgufError;
+use super::gguf::{GgufError, Strings};
 pub use super::tensors::LayerWeights;
 use super::tensors::LAYER_TENSORS;
 use crate::error::{Diagnose, Exit};
@@ -183,7 +183,7 @@ pub struct Checkpoint {
     pub weight_bytes: u64,
     /// The vocabulary a GGUF file carries (`tokenizer.ggml.tokens`), to be checked against the
     /// tokenizer a text job uses; `None` for safetensors checkpoints.
-    pub vocabulary: Option<Arc<[String]>>,
+    pub vocabulary: Option<Arc<Strings>>,
     /// The files it was read from, to show they were not written since.
     pub seal: Seal,
 }
@@ -443,7 +443,7 @@ impl Checkpoint {
         mut layers: Vec<LayerWeights>,
         norm: Weight,
         lm_head: Weight,
-        vocabulary: Option<Vec<String>>,
+        vocabulary: Option<Strings>,
         source: CheckpointFiles,
     ) -> Checkpoint {
         super::pack::pack(
@@ -467,7 +467,7 @@ impl Checkpoint {
             norm,
             lm_head,
             weight_bytes,
-            vocabulary: vocabulary.map(Arc::from),
+            vocabulary: vocabulary.map(Arc::new),
             seal: source.into_seal(),
         }
     }

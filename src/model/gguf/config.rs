@@ -122,7 +122,7 @@ pub fn config(
                 .map(|f| match f {
                     MetaValue::Bool(true) => json!("sliding_attention"),
                     MetaValue::Bool(false) => json!("full_attention"),
-                    other => to_json(other),
+                    other => to_json(&other),
                 })
                 .collect();
             json.insert("layer_types".into(), Value::Array(kinds));
@@ -161,8 +161,9 @@ pub fn config(
     // lists it beside `<eos>`; GGUF files rarely name it in a key of its own.
     if let Some(MetaValue::Array(tokens)) = gguf.get("tokenizer.ggml.tokens") {
         let eot = tokens
-            .get(END_OF_TURN as usize)
-            .is_some_and(|t| t.as_str() == Some("<end_of_turn>"));
+            .as_strings()
+            .and_then(|t| t.get(END_OF_TURN as usize))
+            == Some("<end_of_turn>");
         if eot && !eos.contains(&json!(END_OF_TURN)) {
             eos.push(json!(END_OF_TURN));
         }
@@ -227,7 +228,7 @@ fn to_json(v: &MetaValue) -> Value {
         MetaValue::F64(x) => json!(x),
         MetaValue::Bool(b) => json!(b),
         MetaValue::Str(s) => json!(s),
-        MetaValue::Array(items) => Value::Array(items.iter().map(to_json).collect()),
+        MetaValue::Array(items) => Value::Array(items.iter().map(|v| to_json(&v)).collect()),
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::config::config;
-use super::reader::{Gguf, MetaValue, TensorInfo};
+use super::reader::{Gguf, MetaValue, Strings, TensorInfo};
 use crate::kernels::tensor::Backing;
 use crate::kernels::Weight;
 use crate::model::files::{CheckpointFiles, OpenFile};
@@ -144,8 +144,8 @@ impl Tensors<'_> {
 }
 
 /// The file's vocabulary, `tokenizer.ggml.tokens`, when it has one, moved out of the parsed
-/// metadata (262144 strings for Gemma: not copied).
-fn tokens(path: &Path, mut gguf: Gguf) -> Result<Option<Vec<String>>, WeightsError> {
+/// metadata (262144 strings for Gemma, in one text: not copied).
+fn tokens(path: &Path, mut gguf: Gguf) -> Result<Option<Strings>, WeightsError> {
     let Some(value) = gguf.metadata.remove("tokenizer.ggml.tokens") else {
         return Ok(None);
     };
@@ -153,15 +153,8 @@ fn tokens(path: &Path, mut gguf: Gguf) -> Result<Option<Vec<String>>, WeightsErr
         path: PathBuf::from(path),
         detail: "metadata `tokenizer.ggml.tokens` must be an array of strings".into(),
     };
-    let MetaValue::Array(items) = value else {
-        return Err(bad());
-    };
-    items
-        .into_iter()
-        .map(|t| match t {
-            MetaValue::Str(s) => Ok(s),
-            _ => Err(bad()),
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+    match value {
+        MetaValue::Array(items) => items.into_strings().map(Some).ok_or_else(bad),
+        _ => Err(bad()),
+    }
 }

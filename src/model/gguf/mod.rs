@@ -4,7 +4,8 @@
 
 pub mod config;
 pub(crate) mod load;
+mod meta;
 pub mod reader;
 
 pub(crate) use load::load;
-pub use reader::{Gguf, GgufError, MetaValue, TensorInfo};
+pub use reader::{Gguf, GgufError, MetaArray, MetaValue, Strings, TensorInfo};

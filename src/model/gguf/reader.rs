@@ -9,12 +9,14 @@
 //! known to exist, so a hostile header cannot make the reader reserve more than the file holds.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Diagnose, Exit};
 use crate::kernels::DType;
+
+use super::meta::scalar_size;
+pub use super::meta::{MetaArray, MetaValue, Strings};
 
 /// The default and the largest alignment of tensor data.
 const DEFAULT_ALIGNMENT: u64 = 32;
@@ -23,69 +25,6 @@ const MAX_ALIGNMENT: u64 = 1 << 16;
 const MAX_RANK: u32 = 4;
 /// Arrays nest at most this deep (GGUF writers emit arrays of scalars or strings).
 const MAX_DEPTH: usize = 3;
-
-/// One metadata value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetaValue {
-    /// Unsigned integers of 8 to 64 bits, widened.
-    Uint(u64),
-    /// Signed integers of 8 to 64 bits, widened.
-    Int(i64),
-    /// `float32`.
-    F32(f32),
-    /// `float64`.
-    F64(f64),
-    /// `bool`.
-    Bool(bool),
-    /// A UTF-8 string.
-    Str(String),
-    /// An array of values of one type.
-    Array(Vec<MetaValue>),
-}
-
-impl MetaValue {
-    /// The value as an unsigned integer, if it is a non-negative integer of any width.
-    pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            MetaValue::Uint(n) => Some(n),
-            MetaValue::Int(n) => u64::try_from(n).ok(),
-            _ => None,
-        }
-    }
-
-    /// The value as a float, if it is a float or an integer.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            MetaValue::F32(x) => Some(f64::from(x)),
-            MetaValue::F64(x) => Some(x),
-            MetaValue::Uint(n) => Some(n as f64),
-            MetaValue::Int(n) => Some(n as f64),
-            _ => None,
-        }
-    }
-
-    /// The string, if it is one.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            MetaValue::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for MetaValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MetaValue::Uint(n) => write!(f, "{n}"),
-            MetaValue::Int(n) => write!(f, "{n}"),
-            MetaValue::F32(x) => write!(f, "{x}"),
-            MetaValue::F64(x) => write!(f, "{x}"),
-            MetaValue::Bool(b) => write!(f, "{b}"),
-            MetaValue::Str(s) => write!(f, "{s:?}"),
-            MetaValue::Array(items) => write!(f, "an array of {} values", items.len()),
-        }
-    }
-}
 
 /// One tensor's description.
 #[derive(Debug, Clone, PartialEq)]
@@ -263,46 +202,78 @@ impl<'a> Cursor<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        self.str(what).map(str::to_owned)
+    }
+
+    fn str(&mut self, what: &str) -> Result<&'a str, GgufError> {
         let len = self.count(1, &format!("length of {what}"))?;
         let at = self.at;
         let raw = self.take(len, what)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| {
+        std::str::from_utf8(raw).map_err(|_| {
             self.at = at;
             self.bad(format!("{what} is not UTF-8"))
         })
     }
 
     fn value(&mut self, kind: u32, depth: usize, key: &str) -> Result<MetaValue, GgufError> {
-        Ok(match kind {
-            0 => MetaValue::Uint(u64::from(self.array::<1>(key)?[0])),
-            1 => MetaValue::Int(i64::from(self.array::<1>(key)?[0] as i8)),
-            2 => MetaValue::Uint(u64::from(u16::from_le_bytes(self.array(key)?))),
-            3 => MetaValue::Int(i64::from(i16::from_le_bytes(self.array(key)?))),
-            4 => MetaValue::Uint(u64::from(self.u32(key)?)),
-            5 => MetaValue::Int(i64::from(i32::from_le_bytes(self.array(key)?))),
-            6 => MetaValue::F32(f32::from_le_bytes(self.array(key)?)),
-            7 => match self.array::<1>(key)?[0] {
-                0 => MetaValue::Bool(false),
-                1 => MetaValue::Bool(true),
-                b => return Err(self.bad(format!("`{key}`: a bool must be 0 or 1, found {b}"))),
-            },
-            8 => MetaValue::Str(self.string(&format!("the value of `{key}`"))?),
-            9 => {
-                if depth >= MAX_DEPTH {
-                    return Err(self.bad(format!("`{key}`: arrays nest deeper than {MAX_DEPTH}")));
+        match kind {
+            8 => Ok(MetaValue::Str(
+                self.string(&format!("the value of `{key}`"))?,
+            )),
+            9 => Ok(MetaValue::Array(self.array_value(depth, key)?)),
+            _ => {
+                let Some(size) = scalar_size(kind) else {
+                    return Err(self.bad(format!("`{key}` has unknown value type {kind}")));
+                };
+                let at = self.at;
+                let le = self.take(size, key)?;
+                MetaValue::scalar(kind, le).ok_or_else(|| {
+                    self.at = at;
+                    self.bad(format!("`{key}`: a bool must be 0 or 1, found {}", le[0]))
+                })
+            }
+        }
+    }
+
+    /// An array (type id, count, items), held as [`MetaArray`] holds it.
+    fn array_value(&mut self, depth: usize, key: &str) -> Result<MetaArray, GgufError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.bad(format!("`{key}`: arrays nest deeper than {MAX_DEPTH}")));
+        }
+        let item = self.u32(key)?;
+        let n = self.count(min_size(item), &format!("length of `{key}`"))?;
+        Ok(match item {
+            8 => {
+                let mut items = Strings::with_capacity(n);
+                let what = format!("an item of `{key}`");
+                for _ in 0..n {
+                    items.push(self.str(&what)?);
                 }
-                let item = self.u32(key)?;
-                let n = self.count(min_size(item), &format!("length of `{key}`"))?;
+                MetaArray::Strings(items)
+            }
+            9 => {
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
-                    items.push(self.value(item, depth + 1, key)?);
+                    items.push(self.array_value(depth + 1, key)?);
                 }
-                MetaValue::Array(items)
+                MetaArray::Arrays(items)
             }
-            10 => MetaValue::Uint(self.u64(key)?),
-            11 => MetaValue::Int(i64::from_le_bytes(self.array(key)?)),
-            12 => MetaValue::F64(f64::from_le_bytes(self.array(key)?)),
-            other => return Err(self.bad(format!("`{key}` has unknown value type {other}"))),
+            _ => {
+                let Some(size) = scalar_size(item) else {
+                    return Err(self.bad(format!("`{key}` has unknown value type {item}")));
+                };
+                // `count` bounded `n` by the bytes left over `size`: no overflow.
+                let le = self.take(n * size, key)?;
+                if item == 7 {
+                    if let Some(b) = le.iter().find(|&&b| b > 1) {
+                        return Err(self.bad(format!("`{key}`: a bool must be 0 or 1, found {b}")));
+                    }
+                }
+                MetaArray::Scalars {
+                    kind: item,
+                    le: le.to_vec(),
+                }
+            }
         })
     }
 }
@@ -564,6 +535,24 @@ pub(crate) mod tests {
             self
         }
 
+        /// An array of `n` items of GGUF type `item`, whose bytes (after the type and count)
+        /// are `body` as given.
+        pub(crate) fn raw_array(
+            &mut self,
+            key: &str,
+            item: u32,
+            n: u64,
+            body: &[u8],
+        ) -> &mut Writer {
+            string(&mut self.meta, key);
+            self.meta.extend(9u32.to_le_bytes());
+            self.meta.extend(item.to_le_bytes());
+            self.meta.extend(n.to_le_bytes());
+            self.meta.extend(body);
+            self.n_meta += 1;
+            self
+        }
+
         /// A tensor of GGML type `kind` with `dims` (innermost first) and these bytes, placed
         /// at the next aligned data offset.
         pub(crate) fn tensor(
@@ -625,10 +614,9 @@ pub(crate) mod tests {
         assert_eq!(g.get("gemma3.block_count"), Some(&MetaValue::Uint(1)));
         assert_eq!(
             g.get("tokenizer.ggml.tokens"),
-            Some(&MetaValue::Array(vec![
-                MetaValue::Str("<pad>".into()),
-                MetaValue::Str("a".into())
-            ]))
+            Some(&MetaValue::Array(MetaArray::Strings(
+                ["<pad>", "a"].into_iter().collect()
+            )))
         );
         assert_eq!(g.tensors[0].shape(), vec![2, 4]);
         assert_eq!(g.tensors[0].dtype, DType::F32);
@@ -742,5 +730,100 @@ pub(crate) mod tests {
         // The value type of `k` (after the counts, the key length and the key).
         bytes[24 + 8 + 1..24 + 8 + 1 + 4].copy_from_slice(&77u32.to_le_bytes());
         assert!(malformed(&bytes).contains("`k` has unknown value type 77"));
+    }
+
+    #[test]
+    fn arrays_of_every_type_read_back_item_by_item() {
+        let le = |vals: &[i64], width: usize| -> Vec<u8> {
+            vals.iter()
+                .flat_map(|v| v.to_le_bytes()[..width].to_vec())
+                .collect()
+        };
+        let mut inner = Vec::new();
+        for items in [&[1u32, 2][..], &[3][..]] {
+            inner.extend(4u32.to_le_bytes());
+            inner.extend((items.len() as u64).to_le_bytes());
+            for v in items {
+                inner.extend(v.to_le_bytes());
+            }
+        }
+        let mut w = Writer::new();
+        w.raw_array("u8", 0, 3, &[0, 7, 255])
+            .raw_array("i8", 1, 2, &le(&[-1, 5], 1))
+            .raw_array("i16", 3, 2, &le(&[-300, 2], 2))
+            .raw_array("i32", 5, 1, &le(&[-70000], 4))
+            .raw_array("u64", 10, 1, &u64::MAX.to_le_bytes())
+            .raw_array("f64", 12, 1, &0.25f64.to_le_bytes())
+            .raw_array("bools", 7, 3, &[1, 0, 1])
+            .raw_array("nested", 9, 2, &inner)
+            .raw_array("none", 6, 0, &[])
+            .strings("words", &["a", "", "\u{2581}b"]);
+        let g = parse(&w.bytes()).unwrap();
+        let items = |key: &str| match g.get(key) {
+            Some(MetaValue::Array(a)) => a.iter().collect::<Vec<_>>(),
+            other => panic!("{key}: {other:?}"),
+        };
+        use MetaValue::{Bool, Int, Uint};
+        assert_eq!(items("u8"), [Uint(0), Uint(7), Uint(255)]);
+        assert_eq!(items("i8"), [Int(-1), Int(5)]);
+        assert_eq!(items("i16"), [Int(-300), Int(2)]);
+        assert_eq!(items("i32"), [Int(-70000)]);
+        assert_eq!(items("u64"), [Uint(u64::MAX)]);
+        assert_eq!(items("f64"), [MetaValue::F64(0.25)]);
+        assert_eq!(items("bools"), [Bool(true), Bool(false), Bool(true)]);
+        assert!(items("none").is_empty());
+        let nested = items("nested");
+        assert_eq!(nested.len(), 2);
+        let MetaValue::Array(first) = &nested[0] else {
+            panic!("not an array: {:?}", nested[0]);
+        };
+        assert_eq!(first.iter().collect::<Vec<_>>(), [Uint(1), Uint(2)]);
+        let Some(MetaValue::Array(words)) = g.get("words") else {
+            panic!("no words");
+        };
+        let words = words.as_strings().expect("strings");
+        assert_eq!(words.iter().collect::<Vec<_>>(), ["a", "", "\u{2581}b"]);
+    }
+
+    #[test]
+    fn an_array_of_bytes_is_held_as_its_bytes() {
+        // A hostile file's array of a million u8 items costs a million bytes, not a value
+        // (32 bytes) per item.
+        let body = vec![3u8; 1 << 20];
+        let mut w = Writer::new();
+        w.raw_array("big", 0, body.len() as u64, &body);
+        let g = parse(&w.bytes()).unwrap();
+        let Some(MetaValue::Array(MetaArray::Scalars { kind: 0, le })) = g.get("big") else {
+            panic!(
+                "not a scalar array: {:?}",
+                g.get("big").map(|v| v.to_string())
+            );
+        };
+        assert_eq!(le.len(), 1 << 20);
+        assert_eq!(le.capacity(), 1 << 20);
+    }
+
+    #[test]
+    fn bad_array_items_are_refused_with_the_key() {
+        let mut w = Writer::new();
+        w.raw_array("flags", 7, 3, &[1, 2, 0]);
+        assert!(malformed(&w.bytes()).contains("`flags`: a bool must be 0 or 1, found 2"));
+        let mut w = Writer::new();
+        w.raw_array("odd", 77, 1, &[0]);
+        assert!(malformed(&w.bytes()).contains("`odd` has unknown value type 77"));
+        let mut w = Writer::new();
+        w.raw_array("words", 8, 1, &[1, 0, 0, 0, 0, 0, 0, 0, 0xff]);
+        assert!(malformed(&w.bytes()).contains("an item of `words` is not UTF-8"));
+        // Arrays of arrays of arrays of arrays: deeper than the reader goes.
+        let mut body = Vec::new();
+        for _ in 0..3 {
+            body.extend(9u32.to_le_bytes());
+            body.extend(1u64.to_le_bytes());
+        }
+        body.extend(4u32.to_le_bytes());
+        body.extend(0u64.to_le_bytes());
+        let mut w = Writer::new();
+        w.raw_array("deep", 9, 1, &body);
+        assert!(malformed(&w.bytes()).contains("`deep`: arrays nest deeper than 3"));
     }
 }
