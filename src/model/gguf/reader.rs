@@ -278,16 +278,14 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The fewest bytes one value of GGUF type `kind` takes (a string's length, an array's header).
+/// The fewest bytes one value of GGUF type `kind` takes: a scalar's size, a string's length,
+/// an array's header.
 fn min_size(kind: u32) -> usize {
-    match kind {
-        0 | 1 | 7 => 1,
-        2 | 3 => 2,
-        4..=6 => 4,
-        8 | 10..=12 => 8,
+    scalar_size(kind).unwrap_or(match kind {
+        8 => 8,
         9 => 12,
         _ => 1,
-    }
+    })
 }
 
 impl Gguf {
