@@ -474,7 +474,43 @@ simd::with_isa! {
     fn attend_on(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) -> () = attend_rows;
 }
 
-/// Output rows `rows` (one per (sequence, query, head), `head_dim` wide) into `dst`.
+/// Query rows attended together, at most: the heads of one kv head's group at as many
+/// consecutive positions of one sequence as make this many rows. Each key and value they
+/// share is then read from memory once for all of them, where one row at a time read a
+/// sequence's cache once per head and per position (a prefill's or a long context's cache is
+/// larger than L2, so every read after the first came from L3 or memory).
+const SHARED_ROWS: usize = 16;
+
+/// One output row's query: its row index (into `q` and the output) and the cache columns
+/// `lo..=col` it attends (none when `lo > col`).
+#[derive(Clone, Copy)]
+struct Query {
+    row: usize,
+    lo: usize,
+    col: usize,
+}
+
+impl Query {
+    fn sees(&self, c: usize) -> bool {
+        self.lo <= c && c <= self.col
+    }
+}
+
+/// Scratch a task reuses from group to group.
+#[derive(Default)]
+struct Scratch {
+    queries: Vec<Query>,
+    /// Each query's scores, then its exponentials, at `starts[i]..starts[i + 1]`.
+    scores: Vec<f32>,
+    starts: Vec<usize>,
+    totals: Vec<f32>,
+    out: Vec<f32>,
+}
+
+/// Output rows `rows` (one per (sequence, query, head), `head_dim` wide) into `dst`: the rows
+/// of each kv head's group at up to [`SHARED_ROWS`] positions at a time ([`attend_group`]).
+/// Which rows go together changes no row's result: every row's scores, softmax and weighted
+/// sum are its own, in its own order.
 #[inline(always)]
 fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
     let Dims {
@@ -485,83 +521,234 @@ fn attend_rows(ctx: &Ctx<'_>, rows: Range<usize>, dst: &mut [f32]) {
         ..
     } = ctx.dims;
     let group = heads / kv;
-    let mut scores: Vec<f32> = Vec::new();
-    for (r, out) in rows.zip(dst.chunks_exact_mut(d)) {
-        let h = r % heads;
-        let t = (r / heads) % t_len;
-        let b = r / (heads * t_len);
-        let kvh = h / group;
-        let col = ctx.old + t;
-        let mut lo = ctx.pad[b];
-        if let Some(w) = ctx.window {
+    let span = (SHARED_ROWS / group).max(1);
+    let mut scratch = Scratch::default();
+    let mut pos = rows.start / heads;
+    let end = rows.end.div_ceil(heads);
+    while pos < end {
+        let b = pos / t_len;
+        let stop = (pos + span).min((b + 1) * t_len).min(end);
+        for kvh in 0..kv {
+            scratch.queries.clear();
+            for p in pos..stop {
+                for h in kvh * group..(kvh + 1) * group {
+                    let row = p * heads + h;
+                    if rows.contains(&row) {
+                        scratch.queries.push(ctx.query(row));
+                    }
+                }
+            }
+            if scratch.queries.is_empty() {
+                continue;
+            }
+            attend_group(ctx, b, kvh, &mut scratch);
+            for (q, out) in scratch.queries.iter().zip(scratch.out.chunks_exact(d)) {
+                let at = (q.row - rows.start) * d;
+                dst[at..at + d].copy_from_slice(out);
+            }
+        }
+        pos = stop;
+    }
+}
+
+impl Ctx<'_> {
+    /// The query of output row `row`: sequence `b`, new position `t`, head `h`.
+    fn query(&self, row: usize) -> Query {
+        let Dims { t_len, heads, .. } = self.dims;
+        let t = (row / heads) % t_len;
+        let b = row / (heads * t_len);
+        let col = self.old + t;
+        let mut lo = self.pad[b];
+        if let Some(w) = self.window {
             lo = lo.max((col + 1).saturating_sub(w));
         }
-        out.fill(0.0);
-        if lo > col {
+        Query { row, lo, col }
+    }
+
+    fn q_row(&self, row: usize) -> &[f32] {
+        let d = self.dims.d;
+        &self.q[row * d..(row + 1) * d]
+    }
+}
+
+/// `scratch.queries` (of sequence `b`, all reading kv head `kvh`) into `scratch.out`, one
+/// `head_dim` row each. Keys and values are visited once, [`KEYS`] columns at a time in
+/// ascending order, and each query takes the columns it sees: its scores are the fixed-order
+/// dots ([`simd::dots`] is [`simd::dot`] side by side), its softmax as in the module doc, and
+/// its weighted sum adds the columns in ascending order ([`simd::axpys`] is [`simd::axpy`] in
+/// turn), so every row has the bits it has attended alone.
+#[inline(always)]
+fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
+    let d = ctx.dims.d;
+    let Scratch {
+        queries,
+        scores,
+        starts,
+        totals,
+        out,
+    } = scratch;
+    out.clear();
+    out.resize(queries.len() * d, 0.0);
+    starts.clear();
+    starts.push(0);
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    for q in queries.iter() {
+        let seen = if q.lo <= q.col {
+            lo = lo.min(q.lo);
+            hi = hi.max(q.col);
+            q.col - q.lo + 1
+        } else {
+            0
+        };
+        starts.push(starts[starts.len() - 1] + seen);
+    }
+    if lo > hi {
+        return;
+    }
+    scores.clear();
+    scores.resize(starts[queries.len()], 0.0);
+
+    ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(hi + 1), kvh, Part::Keys);
+    let mut j = lo;
+    while j <= hi {
+        let n = KEYS.min(hi + 1 - j);
+        ctx.prefetch(
+            b,
+            j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(hi + 1),
+            kvh,
+            Part::Keys,
+        );
+        let keys: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i.min(n - 1), kvh).0);
+        for (i, q) in queries.iter().enumerate() {
+            if q.lo > q.col || q.col < j || q.lo >= j + n {
+                continue;
+            }
+            let s = &mut scores[starts[i]..starts[i + 1]];
+            let qrow = ctx.q_row(q.row);
+            if n == KEYS && q.lo <= j && j + KEYS - 1 <= q.col {
+                let dots = simd::dots(qrow, keys);
+                for (s, dot) in s[j - q.lo..j - q.lo + KEYS].iter_mut().zip(dots) {
+                    *s = dot * ctx.scale;
+                }
+            } else {
+                for (c, key) in (j..j + n).zip(keys) {
+                    if q.sees(c) {
+                        s[c - q.lo] = simd::dot(qrow, key) * ctx.scale;
+                    }
+                }
+            }
+        }
+        j += n;
+    }
+
+    totals.clear();
+    for i in 0..queries.len() {
+        totals.push(exponentials(&mut scores[starts[i]..starts[i + 1]]));
+    }
+
+    ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(hi + 1), kvh, Part::Values);
+    let mut j = lo;
+    while j <= hi {
+        let n = KEYS.min(hi + 1 - j);
+        ctx.prefetch(
+            b,
+            j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(hi + 1),
+            kvh,
+            Part::Values,
+        );
+        let vals: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i.min(n - 1), kvh).1);
+        for (i, (q, o)) in queries.iter().zip(out.chunks_exact_mut(d)).enumerate() {
+            if q.lo > q.col || q.col < j || q.lo >= j + n {
+                continue;
+            }
+            let e = &scores[starts[i]..starts[i + 1]];
+            let total = totals[i];
+            if n == KEYS && q.lo <= j && j + KEYS - 1 <= q.col {
+                let weights: [f32; KEYS] = std::array::from_fn(|k| e[j - q.lo + k] / total);
+                simd::axpys(o, weights, vals);
+            } else {
+                for (c, val) in (j..j + n).zip(vals) {
+                    if q.sees(c) {
+                        simd::axpy(o, e[c - q.lo] / total, val);
+                    }
+                }
+            }
+        }
+        j += n;
+    }
+}
+
+/// A query's scores replaced by `e_j = exp(s_j - max s)`, and `Σ e_j` (in f64, ascending,
+/// rounded to f32): the module doc's softmax but for the division, which the weighted sum
+/// does per column. A NaN score makes the maximum NaN, and so every `e_j`.
+fn exponentials(scores: &mut [f32]) -> f32 {
+    let m = scores.iter().copied().fold(f32::NEG_INFINITY, |a, s| {
+        if a.is_nan() || s.is_nan() {
+            f32::NAN
+        } else {
+            a.max(s)
+        }
+    });
+    let mut sum = 0.0f64;
+    for s in scores.iter_mut() {
+        *s = math::exp(*s - m);
+        sum += f64::from(*s);
+    }
+    sum as f32
+}
+
+/// The attention of every row on its own, one at a time: the order this module had before
+/// rows were grouped ([`attend_group`]), kept as the twin its bits are checked against.
+#[cfg(test)]
+pub(crate) fn attention_one_row_at_a_time(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cache: &mut KvCache,
+    pad: &[usize],
+    scale: f32,
+) -> Result<Tensor, KernelError> {
+    let dims = check(q, k, v, cache, pad, scale)?;
+    let ctx = Ctx {
+        q: q.data(),
+        k: k.data(),
+        v: v.data(),
+        cache,
+        pad,
+        scale,
+        dims,
+        old: cache.len(),
+        window: cache.window(),
+    };
+    let Dims {
+        t_len,
+        heads,
+        kv,
+        d,
+        ..
+    } = dims;
+    let mut out = vec![0.0f32; q.data().len()];
+    let mut scores = Vec::new();
+    for (row, o) in out.chunks_exact_mut(d).enumerate() {
+        let query = ctx.query(row);
+        if query.lo > query.col {
             continue;
         }
-        let qrow = &ctx.q[r * d..(r + 1) * d];
+        let qrow = ctx.q_row(row);
+        let (b, kvh) = (row / (heads * t_len), (row % heads) / (heads / kv));
         scores.clear();
-        // The first head of a kv group fetches its columns; the others find them in cache.
-        let fetch = h % group == 0;
-        if fetch {
-            ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(col + 1), kvh, Part::Keys);
+        for c in query.lo..=query.col {
+            scores.push(simd::dot(qrow, ctx.kv_at(b, c, kvh).0) * scale);
         }
-        // Four keys at a time: one dot product of a head's length is a chain of dependent
-        // multiply-adds, four of them overlap.
-        let mut j = lo;
-        while j + KEYS <= col + 1 {
-            if fetch {
-                ctx.prefetch(
-                    b,
-                    j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(col + 1),
-                    kvh,
-                    Part::Keys,
-                );
-            }
-            let keys: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i, kvh).0);
-            scores.extend(simd::dots(qrow, keys).map(|s| s * ctx.scale));
-            j += KEYS;
-        }
-        for j in j..=col {
-            let (key, _) = ctx.kv_at(b, j, kvh);
-            scores.push(simd::dot(qrow, key) * ctx.scale);
-        }
-        let m = scores.iter().copied().fold(f32::NEG_INFINITY, |a, s| {
-            if a.is_nan() || s.is_nan() {
-                f32::NAN
-            } else {
-                a.max(s)
-            }
-        });
-        let mut sum = 0.0f64;
-        for s in scores.iter_mut() {
-            *s = math::exp(*s - m);
-            sum += f64::from(*s);
-        }
-        let total = sum as f32;
-        // Four values at a time, each output element loaded and stored once for the four.
-        let mut j = lo;
-        if fetch {
-            ctx.prefetch(b, j..(j + AHEAD * KEYS).min(col + 1), kvh, Part::Values);
-        }
-        for e in scores.chunks_exact(KEYS) {
-            if fetch {
-                ctx.prefetch(
-                    b,
-                    j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(col + 1),
-                    kvh,
-                    Part::Values,
-                );
-            }
-            let vals: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i, kvh).1);
-            let weights: [f32; KEYS] = std::array::from_fn(|i| e[i] / total);
-            simd::axpys(out, weights, vals);
-            j += KEYS;
-        }
-        for (j, &e) in (j..=col).zip(scores.chunks_exact(KEYS).remainder()) {
-            let (_, val) = ctx.kv_at(b, j, kvh);
-            simd::axpy(out, e / total, val);
+        let total = exponentials(&mut scores);
+        for (c, e) in (query.lo..=query.col).zip(&scores) {
+            let val = ctx.kv_at(b, c, kvh).1;
+            simd::axpy(o, e / total, val);
         }
     }
+    cache.append(k.data(), v.data(), dims.t_len);
+    Tensor::new(q.shape().to_vec(), out).map_err(|_| KernelError::TooLarge {
+        op: "attention",
+        shape: q.shape().to_vec(),
+    })
 }

@@ -1,5 +1,6 @@
 use proptest::prelude::*;
 
+use super::super::attention::attention_one_row_at_a_time;
 use super::super::{
     attention, attention_on, reference, with_threads, CacheKind, Isa, KernelError, KvCache, Tensor,
 };
@@ -117,6 +118,49 @@ proptest! {
             let (out, want) = hs.step(&q, &k, &v, &pad, scale);
             prop_assert_eq!(out.shape(), q.shape());
             assert_close(out.data(), &want, |_| 1e-5, "attention");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Rows attended in groups (a kv head's heads at several positions, split wherever the
+    /// threads' tasks end) keep the bits of each row attended alone: prefills longer and
+    /// shorter than a group's span and than a sliding window, decode steps, GQA, left padding,
+    /// head sizes off the 16 lanes, on 1 and 3 threads.
+    #[test]
+    fn grouped_rows_keep_the_bits_of_each_row_alone(
+        batch in 1usize..4,
+        kv in 1usize..3,
+        group in 1usize..6,
+        d in 1usize..40,
+        window in proptest::option::of(1usize..12),
+        prefill in 1usize..40,
+        steps in 0usize..4,
+        threads in prop_oneof![Just(1usize), Just(3usize)],
+        pad_seed in any::<u64>(),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let mut pads = Rng::new(pad_seed);
+        let pad: Vec<usize> =
+            (0..batch).map(|_| (pads.next_u64() % (prefill as u64 + 1)) as usize).collect();
+        let kind = match window {
+            Some(window) => CacheKind::Sliding { window },
+            None => CacheKind::Global { capacity: prefill + steps },
+        };
+        let heads = kv * group;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut grouped = KvCache::new(kind, batch, kv, d).expect("valid cache");
+        let mut alone = grouped.clone();
+        for t in std::iter::once(prefill).chain(std::iter::repeat_n(1, steps)) {
+            let (q, k, v) = qkv(&mut rng, batch, t, heads, kv, d);
+            let got = with_threads(threads, || attention(&q, &k, &v, &mut grouped, &pad, scale))
+                .expect("valid attention");
+            let want = attention_one_row_at_a_time(&q, &k, &v, &mut alone, &pad, scale)
+                .expect("valid attention");
+            prop_assert_eq!(bits(&got), bits(&want), "t {}", t);
         }
     }
 }
