@@ -289,17 +289,7 @@ pub fn attention_on(
     let cpu = simd::limit(isa);
     let dims = check(q, k, v, cache, pad, scale)?;
     let mut out = vec![0.0f32; q.data().len()];
-    let ctx = Ctx {
-        q: q.data(),
-        k: k.data(),
-        v: v.data(),
-        cache,
-        pad,
-        scale,
-        dims,
-        old: cache.len(),
-        window: cache.window(),
-    };
+    let ctx = Ctx::new([q, k, v], cache, pad, scale, dims);
     let visible = ctx.window.unwrap_or(ctx.old + dims.t_len).max(1);
     let per_row = visible.saturating_mul(dims.d).saturating_mul(2).max(1);
     parallel::for_rows(
@@ -419,6 +409,28 @@ struct Ctx<'a> {
     window: Option<usize>,
 }
 
+impl<'a> Ctx<'a> {
+    fn new(
+        [q, k, v]: [&'a Tensor; 3],
+        cache: &'a KvCache,
+        pad: &'a [usize],
+        scale: f32,
+        dims: Dims,
+    ) -> Ctx<'a> {
+        Ctx {
+            q: q.data(),
+            k: k.data(),
+            v: v.data(),
+            cache,
+            pad,
+            scale,
+            dims,
+            old: cache.len(),
+            window: cache.window(),
+        }
+    }
+}
+
 impl Ctx<'_> {
     /// Key and value of sequence `b`, kv head `kvh`, at column `col` (new or cached).
     #[inline(always)]
@@ -493,6 +505,16 @@ struct Query {
 impl Query {
     fn sees(&self, c: usize) -> bool {
         self.lo <= c && c <= self.col
+    }
+
+    /// Whether it sees none of columns `j..j + n`.
+    fn misses(&self, j: usize, n: usize) -> bool {
+        self.lo > self.col || self.col < j || self.lo >= j + n
+    }
+
+    /// Whether it sees all of a whole block of [`KEYS`] columns from `j` (`n` of them).
+    fn covers(&self, j: usize, n: usize) -> bool {
+        n == KEYS && self.lo <= j && j + KEYS - 1 <= self.col
     }
 }
 
@@ -608,24 +630,14 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
     scores.clear();
     scores.resize(starts[queries.len()], 0.0);
 
-    ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(hi + 1), kvh, Part::Keys);
-    let mut j = lo;
-    while j <= hi {
-        let n = KEYS.min(hi + 1 - j);
-        ctx.prefetch(
-            b,
-            j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(hi + 1),
-            kvh,
-            Part::Keys,
-        );
-        let keys: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i.min(n - 1), kvh).0);
+    ctx.each_block(b, kvh, lo..=hi, Part::Keys, |j, n, keys| {
         for (i, q) in queries.iter().enumerate() {
-            if q.lo > q.col || q.col < j || q.lo >= j + n {
+            if q.misses(j, n) {
                 continue;
             }
             let s = &mut scores[starts[i]..starts[i + 1]];
             let qrow = ctx.q_row(q.row);
-            if n == KEYS && q.lo <= j && j + KEYS - 1 <= q.col {
+            if q.covers(j, n) {
                 let dots = simd::dots(qrow, keys);
                 for (s, dot) in s[j - q.lo..j - q.lo + KEYS].iter_mut().zip(dots) {
                     *s = dot * ctx.scale;
@@ -638,32 +650,21 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
                 }
             }
         }
-        j += n;
-    }
+    });
 
     totals.clear();
     for i in 0..queries.len() {
         totals.push(exponentials(&mut scores[starts[i]..starts[i + 1]]));
     }
 
-    ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(hi + 1), kvh, Part::Values);
-    let mut j = lo;
-    while j <= hi {
-        let n = KEYS.min(hi + 1 - j);
-        ctx.prefetch(
-            b,
-            j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(hi + 1),
-            kvh,
-            Part::Values,
-        );
-        let vals: [&[f32]; KEYS] = std::array::from_fn(|i| ctx.kv_at(b, j + i.min(n - 1), kvh).1);
+    ctx.each_block(b, kvh, lo..=hi, Part::Values, |j, n, vals| {
         for (i, (q, o)) in queries.iter().zip(out.chunks_exact_mut(d)).enumerate() {
-            if q.lo > q.col || q.col < j || q.lo >= j + n {
+            if q.misses(j, n) {
                 continue;
             }
             let e = &scores[starts[i]..starts[i + 1]];
             let total = totals[i];
-            if n == KEYS && q.lo <= j && j + KEYS - 1 <= q.col {
+            if q.covers(j, n) {
                 let weights: [f32; KEYS] = std::array::from_fn(|k| e[j - q.lo + k] / total);
                 simd::axpys(o, weights, vals);
             } else {
@@ -674,7 +675,43 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
                 }
             }
         }
-        j += n;
+    });
+}
+
+impl Ctx<'_> {
+    /// `f(j, n, rows)` for columns `cols` of sequence `b`, kv head `kvh`, [`KEYS`] at a time in
+    /// ascending order (`n` columns from `j`; fewer only in the last call, where `rows[n..]`
+    /// repeat the last one), their keys or values (`part`) fetched [`AHEAD`] groups ahead.
+    #[inline(always)]
+    fn each_block(
+        &self,
+        b: usize,
+        kvh: usize,
+        cols: std::ops::RangeInclusive<usize>,
+        part: Part,
+        mut f: impl FnMut(usize, usize, [&[f32]; KEYS]),
+    ) {
+        let (lo, hi) = (*cols.start(), *cols.end());
+        self.prefetch(b, lo..(lo + AHEAD * KEYS).min(hi + 1), kvh, part);
+        let mut j = lo;
+        while j <= hi {
+            let n = KEYS.min(hi + 1 - j);
+            self.prefetch(
+                b,
+                j + AHEAD * KEYS..(j + (AHEAD + 1) * KEYS).min(hi + 1),
+                kvh,
+                part,
+            );
+            let rows: [&[f32]; KEYS] = std::array::from_fn(|i| {
+                let (k, v) = self.kv_at(b, j + i.min(n - 1), kvh);
+                match part {
+                    Part::Keys => k,
+                    Part::Values => v,
+                }
+            });
+            f(j, n, rows);
+            j += n;
+        }
     }
 }
 
@@ -709,17 +746,7 @@ pub(crate) fn attention_one_row_at_a_time(
     scale: f32,
 ) -> Result<Tensor, KernelError> {
     let dims = check(q, k, v, cache, pad, scale)?;
-    let ctx = Ctx {
-        q: q.data(),
-        k: k.data(),
-        v: v.data(),
-        cache,
-        pad,
-        scale,
-        dims,
-        old: cache.len(),
-        window: cache.window(),
-    };
+    let ctx = Ctx::new([q, k, v], cache, pad, scale, dims);
     let Dims {
         t_len,
         heads,

@@ -85,6 +85,28 @@ fn qkv(
     )
 }
 
+/// Left padding of up to `prefill` columns per sequence (from `pad_seed`), and a cache of
+/// `window` columns, or a global one holding the prefill and the decode steps.
+fn pads_and_cache(
+    batch: usize,
+    prefill: usize,
+    steps: usize,
+    window: Option<usize>,
+    pad_seed: u64,
+) -> (Vec<usize>, CacheKind) {
+    let mut pads = Rng::new(pad_seed);
+    let pad = (0..batch)
+        .map(|_| (pads.next_u64() % (prefill as u64 + 1)) as usize)
+        .collect();
+    let kind = match window {
+        Some(window) => CacheKind::Sliding { window },
+        None => CacheKind::Global {
+            capacity: prefill + steps,
+        },
+    };
+    (pad, kind)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -103,13 +125,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let mut rng = Rng::new(seed);
-        let mut pads = Rng::new(pad_seed);
-        let pad: Vec<usize> =
-            (0..batch).map(|_| (pads.next_u64() % (prefill as u64 + 1)) as usize).collect();
-        let kind = match window {
-            Some(window) => CacheKind::Sliding { window },
-            None => CacheKind::Global { capacity: prefill + steps },
-        };
+        let (pad, kind) = pads_and_cache(batch, prefill, steps, window, pad_seed);
         let heads = kv * group;
         let scale = 1.0 / (d as f32).sqrt();
         let mut hs = Harness::new(kind, batch, kv, d);
@@ -143,13 +159,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let mut rng = Rng::new(seed);
-        let mut pads = Rng::new(pad_seed);
-        let pad: Vec<usize> =
-            (0..batch).map(|_| (pads.next_u64() % (prefill as u64 + 1)) as usize).collect();
-        let kind = match window {
-            Some(window) => CacheKind::Sliding { window },
-            None => CacheKind::Global { capacity: prefill + steps },
-        };
+        let (pad, kind) = pads_and_cache(batch, prefill, steps, window, pad_seed);
         let heads = kv * group;
         let scale = 1.0 / (d as f32).sqrt();
         let mut grouped = KvCache::new(kind, batch, kv, d).expect("valid cache");
