@@ -19,9 +19,9 @@
 use std::ops::Range;
 
 use super::error::KernelError;
-use super::math;
 use super::parallel;
 use super::simd::{self, Isa};
+use super::softmax::exponentials;
 use super::tensor::Tensor;
 
 /// Multiply-adds below which a thread start does not pay off.
@@ -716,26 +716,6 @@ impl Ctx<'_> {
             }
         })
     }
-}
-
-/// A query's scores replaced by `e_j = exp(s_j - max s)`, and `Σ e_j` (in f64, ascending,
-/// rounded to f32): the module doc's softmax but for the division, which the weighted sum
-/// does per column. A NaN score makes the maximum NaN, and so every `e_j`.
-#[inline(always)]
-fn exponentials(scores: &mut [f32]) -> f32 {
-    let m = scores.iter().copied().fold(f32::NEG_INFINITY, |a, s| {
-        if a.is_nan() || s.is_nan() {
-            f32::NAN
-        } else {
-            a.max(s)
-        }
-    });
-    let mut sum = 0.0f64;
-    for s in scores.iter_mut() {
-        *s = math::exp(*s - m);
-        sum += f64::from(*s);
-    }
-    sum as f32
 }
 
 /// The attention of every row on its own, one at a time: the order this module had before

@@ -35,6 +35,18 @@ pub fn softmax(x: &Tensor) -> Result<Tensor, KernelError> {
 /// Softmax of one row into `out` (same length), in the order [`softmax`] documents.
 #[inline]
 pub(crate) fn softmax_row(x: &[f32], out: &mut [f32]) {
+    out.copy_from_slice(x);
+    let s = exponentials(out);
+    for o in out.iter_mut() {
+        *o /= s;
+    }
+}
+
+/// `x` replaced by `e_i = exp(x_i - max x)`, and `Σ e_i` (in f64, ascending, rounded to f32):
+/// [`softmax_row`] but for the division, which attention does per column. A NaN makes the
+/// maximum NaN, and so every `e_i`.
+#[inline(always)]
+pub(crate) fn exponentials(x: &mut [f32]) -> f32 {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, |a, b| {
         if a.is_nan() || b.is_nan() {
             f32::NAN
@@ -43,15 +55,11 @@ pub(crate) fn softmax_row(x: &[f32], out: &mut [f32]) {
         }
     });
     let mut sum = 0.0f64;
-    for (o, &v) in out.iter_mut().zip(x) {
-        let e = math::exp(v - m);
-        *o = e;
-        sum += f64::from(e);
+    for v in x.iter_mut() {
+        *v = math::exp(*v - m);
+        sum += f64::from(*v);
     }
-    let s = sum as f32;
-    for o in out.iter_mut() {
-        *o /= s;
-    }
+    sum as f32
 }
 
 /// Index of the largest value along the last axis, one per row (`x [..., n]` gives
