@@ -1,7 +1,8 @@
 //! Quick timing of the hot kernels:
 //! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes;
 //! `DTYPES=Q5_0,...`: these weight types; `ARGMAX=1`: the head's path; `REPS=N`: N timed calls;
-//! `COPIES=N`: cycle through N copies of each weight, so that calls read it from memory).
+//! `COPIES=N`: cycle through N copies of each weight, so that calls read it from memory;
+//! `ATTENTION=batch,prompt`: instead, attention at the 270m shape, a prefill and a decode step).
 //! Prints one core's issue rates of 512-bit multiply-adds, then the median of several runs for
 //! each shape, in GFLOP/s (2 flops per multiply-add).
 // `unsafe` only to call the issue-rate probes' `#[target_feature]` loops after detection.
@@ -118,6 +119,50 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     );
 }
 
+/// Attention at the 270m model's shape (four query heads on one kv head of 256, Gemma 3's
+/// scale), one global layer: a prefill of `prompt` positions for `batch` sequences into an
+/// empty cache, and one decode step against those positions. Medians of several calls.
+fn bench_attention(batch: usize, prompt: usize) {
+    use kernels::attention::{attention, KvCache};
+    let (heads, kv, d) = (4, 1, 256);
+    let scale = 1.0 / 16.0;
+    let tensor = |t: usize, h: usize, seed: u32| {
+        Tensor::new(vec![batch, t, h, d], values(batch * t * h * d, seed)).expect("shape")
+    };
+    let (q, k, v) = (
+        tensor(prompt, heads, 1),
+        tensor(prompt, kv, 2),
+        tensor(prompt, kv, 3),
+    );
+    let (q1, k1, v1) = (tensor(1, heads, 4), tensor(1, kv, 5), tensor(1, kv, 6));
+    let pad = vec![0; batch];
+    let empty = KvCache::global(batch, kv, d, prompt + 1).expect("cache");
+    let mut filled = empty.clone();
+    attention(&q, &k, &v, &mut filled, &pad, scale).expect("attention");
+    let reps = (2e9 / (2.0 * (batch * prompt * prompt * heads * d) as f64)).clamp(5.0, 50.0);
+    let mut prefill = Vec::new();
+    let mut step = Vec::new();
+    for _ in 0..reps as usize {
+        let mut c = empty.clone();
+        let t = Instant::now();
+        std::hint::black_box(attention(&q, &k, &v, &mut c, &pad, scale).expect("attention"));
+        prefill.push(t.elapsed().as_secs_f64());
+        let mut c = filled.clone();
+        let t = Instant::now();
+        std::hint::black_box(attention(&q1, &k1, &v1, &mut c, &pad, scale).expect("attention"));
+        step.push(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "attention {:?} batch {batch} prompt {prompt}: prefill median {:.1} us (best {:.1}), \
+         decode step median {:.1} us (best {:.1})",
+        kernels::isa(),
+        median(prefill.clone()) * 1e6,
+        prefill.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
+        median(step.clone()) * 1e6,
+        step.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
+    );
+}
+
 /// One core's issue rate of 512-bit `vfmadd231ps` and, with AVX-512 VNNI, `vpdpbusd` (the
 /// batched screen's 8-bit multiply-add): twelve independent accumulators, so the rate is the
 /// ports', not the latency's. On Zen 5 both issue two a cycle.
@@ -219,6 +264,14 @@ fn main() {
     );
     #[cfg(target_arch = "x86_64")]
     issue_rates();
+    if let Ok(shape) = std::env::var("ATTENTION") {
+        let v: Vec<usize> = shape.split(',').filter_map(|p| p.parse().ok()).collect();
+        let &[batch, prompt] = &v[..] else {
+            panic!("ATTENTION=batch,prompt (two numbers), got {shape:?}");
+        };
+        bench_attention(batch, prompt);
+        return;
+    }
     let quick = std::env::var("QUICK").is_ok();
     let custom: Vec<(usize, usize, usize)> = std::env::args()
         .skip(2)

@@ -24,6 +24,9 @@ use super::simd::{self, Isa};
 use super::softmax::exponentials;
 use super::tensor::Tensor;
 
+#[cfg(target_arch = "x86_64")]
+mod tile_avx2;
+
 /// Multiply-adds below which a thread start does not pay off.
 const MIN_TASK_MACS: usize = 1 << 16;
 
@@ -289,7 +292,7 @@ pub fn attention_on(
     let cpu = simd::limit(isa);
     let dims = check(q, k, v, cache, pad, scale)?;
     let mut out = vec![0.0f32; q.data().len()];
-    let ctx = Ctx::new([q, k, v], cache, pad, scale, dims);
+    let ctx = Ctx::new(cpu, [q, k, v], cache, pad, scale, dims);
     let visible = ctx.window.unwrap_or(ctx.old + dims.t_len).max(1);
     let per_row = visible.saturating_mul(dims.d).saturating_mul(2).max(1);
     parallel::for_rows(
@@ -407,10 +410,16 @@ struct Ctx<'a> {
     /// Cache length before this call: new column `t` is `old + t`.
     old: usize,
     window: Option<usize>,
+    /// The instruction set the softmax runs with.
+    cpu: simd::Cpu,
+    /// The AVX2 tiles, where they apply.
+    #[cfg(target_arch = "x86_64")]
+    tile: Option<tile_avx2::Tile>,
 }
 
 impl<'a> Ctx<'a> {
     fn new(
+        cpu: simd::Cpu,
         [q, k, v]: [&'a Tensor; 3],
         cache: &'a KvCache,
         pad: &'a [usize],
@@ -427,6 +436,9 @@ impl<'a> Ctx<'a> {
             dims,
             old: cache.len(),
             window: cache.window(),
+            cpu,
+            #[cfg(target_arch = "x86_64")]
+            tile: tile_avx2::Tile::new(cpu, dims.d),
         }
     }
 }
@@ -516,17 +528,34 @@ impl Query {
     fn covers(&self, j: usize, n: usize) -> bool {
         n == KEYS && self.lo <= j && j + KEYS - 1 <= self.col
     }
+
+    /// Whether it sees every one of columns `j..j + n` (`n` at least 1).
+    #[cfg(target_arch = "x86_64")]
+    fn takes(&self, j: usize, n: usize) -> bool {
+        self.lo <= j && j + n - 1 <= self.col
+    }
+}
+
+/// Query rows for the next score tile of `left` queries: tiles of three, but four as two of
+/// two (a tile of one reads four keys for four multiply-adds).
+#[cfg(target_arch = "x86_64")]
+fn tile_rows(left: usize) -> usize {
+    match left {
+        4 => 2,
+        n => n.min(tile_avx2::ROWS),
+    }
 }
 
 /// Scratch a task reuses from group to group.
 #[derive(Default)]
 struct Scratch {
     queries: Vec<Query>,
-    /// Each query's scores, then its exponentials, at `starts[i]..starts[i + 1]`.
+    /// Each query's scores, then its weights, at `starts[i]..starts[i + 1]`.
     scores: Vec<f32>,
     starts: Vec<usize>,
-    totals: Vec<f32>,
     out: Vec<f32>,
+    /// The queries of a block of keys that take the score tile.
+    tiled: Vec<usize>,
 }
 
 /// Output rows `rows` (one per (sequence, query, head), `head_dim` wide) into `dst`: the rows
@@ -606,8 +635,8 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
         queries,
         scores,
         starts,
-        totals,
         out,
+        tiled,
     } = scratch;
     out.clear();
     out.resize(queries.len() * d, 0.0);
@@ -635,8 +664,14 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
     while j <= hi {
         let n = KEYS.min(hi + 1 - j);
         let keys = ctx.block(b, kvh, (j, n, hi), Part::Keys);
+        tiled.clear();
         for (i, q) in queries.iter().enumerate() {
             if q.misses(j, n) {
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if ctx.tile.is_some() && q.takes(j, n) {
+                tiled.push(i);
                 continue;
             }
             let s = &mut scores[starts[i]..starts[i + 1]];
@@ -654,12 +689,25 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tile) = ctx.tile {
+            let mut rest = &tiled[..];
+            while !rest.is_empty() {
+                let (these, next) = rest.split_at(tile_rows(rest.len()));
+                ctx.score_tile(tile, these, (j, n, keys), queries, (scores, starts));
+                rest = next;
+            }
+        }
         j += n;
     }
 
-    totals.clear();
+    // Each query's weights `e_j / sum`, all at once (whole vectors of divisions).
     for i in 0..queries.len() {
-        totals.push(exponentials(&mut scores[starts[i]..starts[i + 1]]));
+        let e = &mut scores[starts[i]..starts[i + 1]];
+        let total = exponentials(ctx.cpu, e);
+        for e in e.iter_mut() {
+            *e /= total;
+        }
     }
 
     ctx.prefetch(b, lo..(lo + AHEAD * KEYS).min(hi + 1), kvh, Part::Values);
@@ -667,24 +715,116 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
     while j <= hi {
         let n = KEYS.min(hi + 1 - j);
         let vals = ctx.block(b, kvh, (j, n, hi), Part::Values);
+        tiled.clear();
         for (i, (q, o)) in queries.iter().zip(out.chunks_exact_mut(d)).enumerate() {
             if q.misses(j, n) {
                 continue;
             }
-            let e = &scores[starts[i]..starts[i + 1]];
-            let total = totals[i];
+            let p = &scores[starts[i]..starts[i + 1]];
             if q.covers(j, n) {
-                let weights: [f32; KEYS] = std::array::from_fn(|k| e[j - q.lo + k] / total);
+                #[cfg(target_arch = "x86_64")]
+                if ctx.tile.is_some() {
+                    tiled.push(i);
+                    continue;
+                }
+                let mut weights = [0.0f32; KEYS];
+                weights.copy_from_slice(&p[j - q.lo..j - q.lo + KEYS]);
                 simd::axpys(o, weights, vals);
             } else {
                 for (c, val) in (j..j + n).zip(vals) {
                     if q.sees(c) {
-                        simd::axpy(o, e[c - q.lo] / total, val);
+                        simd::axpy(o, p[c - q.lo], val);
                     }
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tile) = ctx.tile {
+            let mut rest = &tiled[..];
+            while !rest.is_empty() {
+                let (these, next) = rest.split_at(tile_rows(rest.len()));
+                sum_tile(tile, these, (j, vals), queries, (scores, starts), out);
+                rest = next;
+            }
+        }
         j += n;
+    }
+}
+
+/// Queries `these` (indices into `queries`, one to three, ascending, each seeing the whole
+/// block of [`KEYS`] columns from `j`) add the block's values, weighted by their weights (in
+/// `scores`, at `starts[i]` from their first column), into their rows of `out`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn sum_tile(
+    tile: tile_avx2::Tile,
+    these: &[usize],
+    (j, vals): (usize, [&[f32]; KEYS]),
+    queries: &[Query],
+    (scores, starts): (&[f32], &[usize]),
+    out: &mut [f32],
+) {
+    let weights = |r: usize| {
+        let i = these[r];
+        let at = starts[i] + j - queries[i].lo;
+        let mut w = [0.0f32; KEYS];
+        w.copy_from_slice(&scores[at..at + KEYS]);
+        w
+    };
+    match these.len() {
+        3 => tile_avx2::weighted_sums::<3>(
+            tile,
+            out,
+            [these[0], these[1], these[2]],
+            [weights(0), weights(1), weights(2)],
+            vals,
+        ),
+        2 => tile_avx2::weighted_sums::<2>(
+            tile,
+            out,
+            [these[0], these[1]],
+            [weights(0), weights(1)],
+            vals,
+        ),
+        _ => tile_avx2::weighted_sums::<1>(tile, out, [these[0]], [weights(0)], vals),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Ctx<'_> {
+    /// The scores of queries `these` (indices into `queries`, one to three of them, each
+    /// seeing every one of the block's `n` columns from `j`) against the block's keys, into
+    /// each one's scores (at `starts[i]`, from its first column).
+    #[inline(always)]
+    fn score_tile(
+        &self,
+        tile: tile_avx2::Tile,
+        these: &[usize],
+        (j, n, keys): (usize, usize, [&[f32]; KEYS]),
+        queries: &[Query],
+        (scores, starts): (&mut [f32], &[usize]),
+    ) {
+        let mut put = |r: usize, row: [f32; KEYS]| {
+            let i = these[r];
+            let at = starts[i] + j - queries[i].lo;
+            scores[at..at + n].copy_from_slice(&row[..n]);
+        };
+        let q = |r: usize| self.q_row(queries[these[r]].row);
+        match these.len() {
+            3 => {
+                let s = tile_avx2::scores::<3>(tile, [q(0), q(1), q(2)], keys, self.scale);
+                for (r, row) in s.into_iter().enumerate() {
+                    put(r, row);
+                }
+            }
+            2 => {
+                let s = tile_avx2::scores::<2>(tile, [q(0), q(1)], keys, self.scale);
+                for (r, row) in s.into_iter().enumerate() {
+                    put(r, row);
+                }
+            }
+            _ => put(0, tile_avx2::scores::<1>(tile, [q(0)], keys, self.scale)[0]),
+        }
     }
 }
 
@@ -730,7 +870,14 @@ pub(crate) fn attention_one_row_at_a_time(
     scale: f32,
 ) -> Result<Tensor, KernelError> {
     let dims = check(q, k, v, cache, pad, scale)?;
-    let ctx = Ctx::new([q, k, v], cache, pad, scale, dims);
+    let ctx = Ctx::new(
+        simd::limit(Isa::Portable),
+        [q, k, v],
+        cache,
+        pad,
+        scale,
+        dims,
+    );
     let Dims {
         t_len,
         heads,
@@ -751,7 +898,7 @@ pub(crate) fn attention_one_row_at_a_time(
         for c in query.lo..=query.col {
             scores.push(simd::dot(qrow, ctx.kv_at(b, c, kvh).0) * scale);
         }
-        let total = exponentials(&mut scores);
+        let total = exponentials(ctx.cpu, &mut scores);
         for (c, e) in (query.lo..=query.col).zip(&scores) {
             let val = ctx.kv_at(b, c, kvh).1;
             simd::axpy(o, e / total, val);

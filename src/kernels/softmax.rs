@@ -3,6 +3,7 @@
 use super::error::KernelError;
 use super::math;
 use super::parallel;
+use super::simd::{self, Cpu};
 use super::tensor::Tensor;
 
 /// Elements below which a thread start does not pay off.
@@ -18,11 +19,12 @@ pub fn softmax(x: &Tensor) -> Result<Tensor, KernelError> {
     let d = last_axis("softmax", x)?;
     let src = x.data();
     let mut out = vec![0.0f32; src.len()];
+    let cpu = simd::cpu();
     if d > 0 {
         parallel::for_rows(&mut out, d, MIN_TASK_ELEMS.div_ceil(d), |rows, dst| {
             let s = &src[rows.start * d..rows.end * d];
             for (o, xr) in dst.chunks_exact_mut(d).zip(s.chunks_exact(d)) {
-                softmax_row(xr, o);
+                softmax_row(cpu, xr, o);
             }
         });
     }
@@ -34,9 +36,9 @@ pub fn softmax(x: &Tensor) -> Result<Tensor, KernelError> {
 
 /// Softmax of one row into `out` (same length), in the order [`softmax`] documents.
 #[inline]
-pub(crate) fn softmax_row(x: &[f32], out: &mut [f32]) {
+pub(crate) fn softmax_row(cpu: Cpu, x: &[f32], out: &mut [f32]) {
     out.copy_from_slice(x);
-    let s = exponentials(out);
+    let s = exponentials(cpu, out);
     for o in out.iter_mut() {
         *o /= s;
     }
@@ -44,9 +46,10 @@ pub(crate) fn softmax_row(x: &[f32], out: &mut [f32]) {
 
 /// `x` replaced by `e_i = exp(x_i - max x)`, and `Σ e_i` (in f64, ascending, rounded to f32):
 /// [`softmax_row`] but for the division, which attention does per column. A NaN makes the
-/// maximum NaN, and so every `e_i`.
+/// maximum NaN, and so every `e_i`. On AVX2 the exponentials are taken four at a time
+/// ([`math::exp4_avx2`], the same bits).
 #[inline(always)]
-pub(crate) fn exponentials(x: &mut [f32]) -> f32 {
+pub(crate) fn exponentials(cpu: Cpu, x: &mut [f32]) -> f32 {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, |a, b| {
         if a.is_nan() || b.is_nan() {
             f32::NAN
@@ -54,12 +57,59 @@ pub(crate) fn exponentials(x: &mut [f32]) -> f32 {
             a.max(b)
         }
     });
+    #[cfg(target_arch = "x86_64")]
+    if cpu.has_avx2() {
+        // SAFETY: only detection makes a `Cpu`, and one with AVX2 means AVX2 and FMA were
+        // detected.
+        #[allow(unsafe_code)]
+        unsafe {
+            exp_less_avx2(x, m)
+        };
+    } else {
+        exp_less(x, m);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = cpu;
+        exp_less(x, m);
+    }
     let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = math::exp(*v - m);
+    for v in x.iter() {
         sum += f64::from(*v);
     }
     sum as f32
+}
+
+/// `x_i` replaced by `exp(x_i - m)`.
+#[inline(always)]
+fn exp_less(x: &mut [f32], m: f32) {
+    for v in x.iter_mut() {
+        *v = math::exp(*v - m);
+    }
+}
+
+/// [`exp_less`], four at a time.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)]
+unsafe fn exp_less_avx2(x: &mut [f32], m: f32) {
+    use std::arch::x86_64::{
+        _mm256_cvtps_pd, _mm_loadu_ps, _mm_set1_ps, _mm_storeu_ps, _mm_sub_ps,
+    };
+    let mut quads = x.chunks_exact_mut(4);
+    let mv = _mm_set1_ps(m);
+    for q in &mut quads {
+        // SAFETY: `q` holds four f32s (an unaligned load and store); the caller guarantees AVX2
+        // and FMA for `exp4_avx2`.
+        unsafe {
+            let d = _mm_sub_ps(_mm_loadu_ps(q.as_ptr()), mv);
+            _mm_storeu_ps(q.as_mut_ptr(), math::exp4_avx2(_mm256_cvtps_pd(d)));
+        }
+    }
+    exp_less(quads.into_remainder(), m);
 }
 
 /// Index of the largest value along the last axis, one per row (`x [..., n]` gives
