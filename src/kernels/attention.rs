@@ -11,7 +11,7 @@
 //! including itself once `c + 1 >= W + pad[b]`). A query that sees no column outputs zeros.
 //!
 //! Numerics, per (sequence, query, head), in f32: `s_j = dot(q, k_j) * scale` (the fixed-order
-//! dot of [`super::simd`]); `m = max s_j`; `e_j = exp(s_j - m)` (correctly rounded);
+//! dot of [`super::simd`]); `m = max s_j`; `e_j = exp(s_j - m)` (in f64, rounded once);
 //! `sum = Σ e_j` in f64, ascending `j`, rounded to f32; `p_j = e_j / sum`; `out = Σ p_j v_j`
 //! accumulated with fused multiply-adds in ascending `j`. Each output row is computed by one
 //! thread in this order, so results do not depend on the thread count.

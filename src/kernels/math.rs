@@ -18,15 +18,53 @@ pub(crate) fn exp(x: f32) -> f32 {
     if x.is_nan() {
         return x;
     }
-    let y = f64::from(x).clamp(EXP_LOW, EXP_HIGH);
+    exp_f64(f64::from(x).clamp(EXP_LOW, EXP_HIGH)) as f32
+}
+
+/// `e^y` in f64 as `2^n · e^r`, `r = y - n ln 2` in `±ln 2 / 2` and `e^r` its Taylor
+/// polynomial, for `y` in `EXP_LOW..=EXP_HIGH` (`n` in -289..=145, so `2^n` is a normal
+/// f64): [`exp`]'s and [`tanh`]'s, and [`exp_f64_avx2`] lane by lane.
+#[inline(always)]
+fn exp_f64(y: f64) -> f64 {
     let n = (y * INV_LN2).round_ties_even();
     let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, y));
     let mut p = EXP_TAYLOR[13];
     for &c in EXP_TAYLOR[..13].iter().rev() {
         p = p.mul_add(r, c);
     }
-    // `n` is in -289..=145, so `2^n` is a normal f64.
-    (p * f64::from_bits(((n as i64 + 1023) as u64) << 52)) as f32
+    p * f64::from_bits(((n as i64 + 1023) as u64) << 52)
+}
+
+/// [`exp_f64`] of four f64 lanes, the same operations per lane.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn exp_f64_avx2(y: std::arch::x86_64::__m256d) -> std::arch::x86_64::__m256d {
+    use std::arch::x86_64::{
+        _mm256_add_epi64, _mm256_castsi256_pd, _mm256_cvtepi32_epi64, _mm256_cvtpd_epi32,
+        _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_mul_pd, _mm256_round_pd, _mm256_set1_epi64x,
+        _mm256_set1_pd, _mm256_slli_epi64, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT,
+    };
+    // SAFETY: register-only arithmetic; the caller guarantees AVX2 and FMA.
+    unsafe {
+        let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_pd(y, _mm256_set1_pd(INV_LN2)),
+        );
+        let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_HI), y);
+        let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_LO), r);
+        let mut p = _mm256_set1_pd(EXP_TAYLOR[13]);
+        for &c in EXP_TAYLOR[..13].iter().rev() {
+            p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c));
+        }
+        let ni = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));
+        let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
+            ni,
+            _mm256_set1_epi64x(1023),
+        )));
+        _mm256_mul_pd(p, scale)
+    }
 }
 
 /// Below this, `e^x` rounds to 0 in f32 (its least subnormal is about `e^-103.3`).
@@ -43,11 +81,8 @@ const EXP_HIGH: f64 = 100.0;
 #[inline(always)]
 pub(crate) unsafe fn exp4_avx2(x: std::arch::x86_64::__m256d) -> std::arch::x86_64::__m128 {
     use std::arch::x86_64::{
-        _mm256_add_epi64, _mm256_blendv_pd, _mm256_castsi256_pd, _mm256_cmp_pd,
-        _mm256_cvtepi32_epi64, _mm256_cvtpd_epi32, _mm256_cvtpd_ps, _mm256_fmadd_pd,
-        _mm256_fnmadd_pd, _mm256_mul_pd, _mm256_round_pd, _mm256_set1_epi64x, _mm256_set1_pd,
-        _mm256_slli_epi64, _CMP_GT_OQ, _CMP_LT_OQ, _CMP_UNORD_Q, _MM_FROUND_NO_EXC,
-        _MM_FROUND_TO_NEAREST_INT,
+        _mm256_blendv_pd, _mm256_cmp_pd, _mm256_cvtpd_ps, _mm256_set1_pd, _CMP_GT_OQ, _CMP_LT_OQ,
+        _CMP_UNORD_Q,
     };
     // SAFETY: register-only arithmetic; the caller guarantees AVX2 and FMA.
     unsafe {
@@ -56,21 +91,7 @@ pub(crate) unsafe fn exp4_avx2(x: std::arch::x86_64::__m256d) -> std::arch::x86_
         let high = _mm256_set1_pd(EXP_HIGH);
         let y = _mm256_blendv_pd(x, low, _mm256_cmp_pd::<_CMP_LT_OQ>(x, low));
         let y = _mm256_blendv_pd(y, high, _mm256_cmp_pd::<_CMP_GT_OQ>(y, high));
-        let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm256_mul_pd(y, _mm256_set1_pd(INV_LN2)),
-        );
-        let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_HI), y);
-        let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_LO), r);
-        let mut p = _mm256_set1_pd(EXP_TAYLOR[13]);
-        for &c in EXP_TAYLOR[..13].iter().rev() {
-            p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c));
-        }
-        let ni = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));
-        let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
-            ni,
-            _mm256_set1_epi64x(1023),
-        )));
-        let e = _mm256_mul_pd(p, scale);
+        let e = exp_f64_avx2(y);
         let nan = _mm256_cmp_pd::<_CMP_UNORD_Q>(x, x);
         _mm256_cvtpd_ps(_mm256_blendv_pd(e, x, nan))
     }
@@ -122,14 +143,7 @@ pub(crate) fn tanh(x: f32) -> f32 {
     } else {
         TANH_CLAMP
     };
-    let n = (y * INV_LN2).round_ties_even();
-    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, y));
-    let mut p = EXP_TAYLOR[13];
-    for &c in EXP_TAYLOR[..13].iter().rev() {
-        p = p.mul_add(r, c);
-    }
-    // `n` is in 0..=58, so `2^n` is an exact power of two.
-    let e = p * f64::from_bits(((n as u64) + 1023) << 52);
+    let e = exp_f64(y);
     (1.0 - 2.0 / (e + 1.0)).copysign(xd) as f32
 }
 
@@ -142,12 +156,9 @@ pub(crate) fn tanh(x: f32) -> f32 {
 #[inline(always)]
 pub(crate) unsafe fn tanh4_avx2(x: std::arch::x86_64::__m256d) -> std::arch::x86_64::__m128 {
     use std::arch::x86_64::{
-        _mm256_add_epi64, _mm256_add_pd, _mm256_and_pd, _mm256_andnot_pd, _mm256_blendv_pd,
-        _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_cvtepi32_epi64, _mm256_cvtpd_epi32,
-        _mm256_cvtpd_ps, _mm256_div_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_min_pd,
-        _mm256_mul_pd, _mm256_or_pd, _mm256_round_pd, _mm256_set1_epi64x, _mm256_set1_pd,
-        _mm256_slli_epi64, _mm256_sub_pd, _CMP_LT_OQ, _CMP_UNORD_Q, _MM_FROUND_NO_EXC,
-        _MM_FROUND_TO_NEAREST_INT,
+        _mm256_add_pd, _mm256_and_pd, _mm256_andnot_pd, _mm256_blendv_pd, _mm256_cmp_pd,
+        _mm256_cvtpd_ps, _mm256_div_pd, _mm256_min_pd, _mm256_or_pd, _mm256_set1_pd, _mm256_sub_pd,
+        _CMP_LT_OQ, _CMP_UNORD_Q,
     };
     // SAFETY: register-only arithmetic; the caller guarantees AVX2 and FMA.
     unsafe {
@@ -156,21 +167,7 @@ pub(crate) unsafe fn tanh4_avx2(x: std::arch::x86_64::__m256d) -> std::arch::x86
         let two_t = _mm256_add_pd(t, t);
         // `min` returns its second operand when the first is NaN, like the scalar `if`.
         let y = _mm256_min_pd(two_t, _mm256_set1_pd(TANH_CLAMP));
-        let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm256_mul_pd(y, _mm256_set1_pd(INV_LN2)),
-        );
-        let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_HI), y);
-        let r = _mm256_fnmadd_pd(n, _mm256_set1_pd(LN2_LO), r);
-        let mut p = _mm256_set1_pd(EXP_TAYLOR[13]);
-        for &c in EXP_TAYLOR[..13].iter().rev() {
-            p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c));
-        }
-        let ni = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));
-        let scale = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_add_epi64(
-            ni,
-            _mm256_set1_epi64x(1023),
-        )));
-        let e = _mm256_mul_pd(p, scale);
+        let e = exp_f64_avx2(y);
         let one = _mm256_set1_pd(1.0);
         let q = _mm256_sub_pd(
             one,

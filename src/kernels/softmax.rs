@@ -10,8 +10,8 @@ use super::tensor::Tensor;
 const MIN_TASK_ELEMS: usize = 1 << 15;
 
 /// Softmax over the last axis, in f32: `m = max(x)`, `e_i = exp(x_i - m)` (the difference
-/// rounded to f32, `exp` correctly rounded), `s = Σ e_i` accumulated in f64 in ascending order
-/// and rounded to f32, then `e_i / s`.
+/// rounded to f32, `exp` taken in f64 and rounded once), `s = Σ e_i` accumulated in f64 in
+/// ascending order and rounded to f32, then `e_i / s`.
 ///
 /// A row containing NaN, or whose maximum is ±infinity, comes out NaN (as in PyTorch). An empty
 /// last axis gives an empty result.
