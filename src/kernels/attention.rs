@@ -526,24 +526,30 @@ impl Query {
 
     /// Whether it sees all of a whole block of [`KEYS`] columns from `j` (`n` of them).
     fn covers(&self, j: usize, n: usize) -> bool {
-        n == KEYS && self.lo <= j && j + KEYS - 1 <= self.col
+        n == KEYS && self.takes(j, n)
     }
 
     /// Whether it sees every one of columns `j..j + n` (`n` at least 1).
-    #[cfg(target_arch = "x86_64")]
     fn takes(&self, j: usize, n: usize) -> bool {
         self.lo <= j && j + n - 1 <= self.col
     }
 }
 
-/// Query rows for the next score tile of `left` queries: tiles of three, but four as two of
+/// The queries `tiled` cut into the tiles that take them: tiles of three, but four as two of
 /// two (a tile of one reads four keys for four multiply-adds).
 #[cfg(target_arch = "x86_64")]
-fn tile_rows(left: usize) -> usize {
-    match left {
-        4 => 2,
-        n => n.min(tile_avx2::ROWS),
-    }
+fn tiles(tiled: &[usize]) -> impl Iterator<Item = &[usize]> {
+    let mut rest = tiled;
+    std::iter::from_fn(move || {
+        let rows = match rest.len() {
+            0 => return None,
+            4 => 2,
+            n => n.min(tile_avx2::ROWS),
+        };
+        let (these, next) = rest.split_at(rows);
+        rest = next;
+        Some(these)
+    })
 }
 
 /// Scratch a task reuses from group to group.
@@ -691,11 +697,8 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(tile) = ctx.tile {
-            let mut rest = &tiled[..];
-            while !rest.is_empty() {
-                let (these, next) = rest.split_at(tile_rows(rest.len()));
+            for these in tiles(tiled) {
                 ctx.score_tile(tile, these, (j, n, keys), queries, (scores, starts));
-                rest = next;
             }
         }
         j += n;
@@ -740,11 +743,8 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(tile) = ctx.tile {
-            let mut rest = &tiled[..];
-            while !rest.is_empty() {
-                let (these, next) = rest.split_at(tile_rows(rest.len()));
+            for these in tiles(tiled) {
                 sum_tile(tile, these, (j, vals), queries, (scores, starts), out);
-                rest = next;
             }
         }
         j += n;
