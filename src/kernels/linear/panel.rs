@@ -204,10 +204,13 @@ fn columns<S: Rows, const WIDE: bool>(
     assert!(xp.len() >= m * k, "permuted x shorter than [m, k]");
     let seg = Segments::new(k);
     let cols = out.cols();
+    let groups: Vec<(usize, usize)> = runs(m, GROUP).collect();
+    let passes = row_passes(&groups, m, k);
+    let widest = passes.iter().map(|p| p.iter().map(|&(_, g)| g).sum()).max();
     // While x fits in L2 (a decode step) the AVX-512 tiles take two panels at a time. A
     // prefill's blocks of panels do too outside Intel while a panel is at most 64 KiB (see
     // `tile2_avx512` for both measurements); at k = 2048 they keep one.
-    let block = panels_per_block(m, k);
+    let block = panels_per_block(widest.unwrap_or(0), k);
     let pairs = WIDE && (block == 1 || (k <= PAIRED_BLOCK_K && !simd::intel()));
     let per_block = if block == 1 && pairs { 2 } else { block };
     // One spare cache line between panels: at k = 2048 a panel is 128 KiB, and panels that far
@@ -222,8 +225,12 @@ fn columns<S: Rows, const WIDE: bool>(
     let mut sums: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
     let mut sums2: Sums = [[[0.0; PANEL]; MAX_ROWS]; LANES];
     let step = if WIDE { WIDE_ROWS } else { TILE_ROWS };
-    let mut b0 = cols.start;
-    while b0 < cols.end {
+    // Each pass of x rows meets every block of panels in turn.
+    let starts = (cols.start..cols.end).step_by(per_block * PANEL);
+    let blocks = passes
+        .iter()
+        .flat_map(|&pass| starts.clone().map(move |b0| (pass, b0)));
+    for (pass, b0) in blocks {
         // A block of panels packed first, then every row tile against each of them: x passes
         // once per block rather than once per panel.
         let b1 = (b0 + per_block * PANEL).min(cols.end);
@@ -236,7 +243,7 @@ fn columns<S: Rows, const WIDE: bool>(
                 unsafe { pack_panel::<S, WIDE>(w, j0, PANEL.min(b1 - j0), panel) };
             }
         }
-        for (i0, g) in runs(m, GROUP) {
+        for &(i0, g) in pass {
             let x = &xp[i0 * k..(i0 + g) * k];
             for (r0, rows) in runs(g, step) {
                 let i = i0 + r0;
@@ -301,7 +308,6 @@ fn columns<S: Rows, const WIDE: bool>(
                 }
             }
         }
-        b0 = b1;
     }
 }
 
@@ -381,6 +387,46 @@ fn tile2_avx512<const R: usize>(
         }
     }
 }
+
+/// The x rows of each pass over the panels, as runs of [`permute_rows`]' groups: all of them in
+/// one pass, or, when x is larger than [`X_PASS_BYTES`] and a block holds fewer than
+/// [`FEW_PANELS`] panels (so that all of x would be read again from memory for every one or
+/// two panels), passes of at most that many bytes of x (at least one group each), each of them
+/// packing the panels anew.
+fn row_passes(groups: &[(usize, usize)], m: usize, k: usize) -> Vec<&[(usize, usize)]> {
+    let row_bytes = k * std::mem::size_of::<f32>();
+    if m * row_bytes <= X_PASS_BYTES || panels_per_block(m, k) >= FEW_PANELS {
+        return vec![groups];
+    }
+    let most = (X_PASS_BYTES / row_bytes).max(1);
+    let mut passes = Vec::new();
+    let mut rest = groups;
+    while !rest.is_empty() {
+        let (mut n, mut rows) = (1, rest[0].1);
+        while n < rest.len() && rows + rest[n].1 <= most {
+            rows += rest[n].1;
+            n += 1;
+        }
+        let (pass, tail) = rest.split_at(n);
+        passes.push(pass);
+        rest = tail;
+    }
+    passes
+}
+
+/// Bytes of x a pass over the panels takes at most where a block holds few panels (see
+/// [`row_passes`]). Gemma 3 27b's down projection at 512 x rows (k = 21504: a panel is 1.3
+/// MiB, one a block) read its 44 MiB x from memory once per panel. On an AMD EPYC (Zen 3, 512
+/// KiB L2 a core, 32 MiB L3; `kernel_bench 1`, two rounds), Q4_K `[512, 21504] × [5376,
+/// 21504]ᵀ` ran at 51-55 GFLOP/s in one pass, 64-67 in passes of 4 MiB, 71-75 of 6, 75-80 of
+/// 8 and 61-75 of 12; the gate projection (`[512, 5376] × [21504, 5376]ᵀ`, 11 MiB of x) at
+/// 75-78 in one pass and 83-87 in passes of 8 MiB.
+const X_PASS_BYTES: usize = 8 << 20;
+/// Panels a block holds from which x is read whole in one pass: a block of eight panels at k =
+/// 2048 reads x once per eight, and there passes of 8 MiB (repacking the panels for each) were
+/// no faster (Zen 3, 2 threads, Q4_K `[4096, 2048] × [640, 2048]ᵀ`, x 32 MiB: 121-142 GFLOP/s
+/// against 128-143 in one pass).
+const FEW_PANELS: usize = 4;
 
 /// Panels packed together for `m` x rows of inner length `k`: one while x fits beside them in
 /// L2 (there a block gains nothing and measured a few percent slower at k = 2048), else as many
@@ -611,7 +657,34 @@ fn reduce(sums: &Sums, r: usize, out: &mut [f32; PANEL]) {
 
 #[cfg(test)]
 mod tests {
-    use super::runs;
+    use super::{row_passes, runs, GROUP, X_PASS_BYTES};
+
+    #[test]
+    fn row_passes_take_whole_groups_in_order_within_their_bytes() {
+        // k = 21504 (one panel a block): a pass holds at most 97 rows, so whole groups of up to
+        // twelve make passes of 96 or fewer. k = 2048 (eight panels a block at 32 MiB of x) and
+        // an x of at most 8 MiB stay one pass.
+        for (m, k, many) in [(512, 21504, true), (7, 21504, false), (4096, 2048, false)] {
+            let groups: Vec<(usize, usize)> = runs(m, GROUP).collect();
+            let passes = row_passes(&groups, m, k);
+            assert_eq!(
+                passes.len() > 1,
+                many,
+                "m={m} k={k}: {} passes",
+                passes.len()
+            );
+            let joined: Vec<(usize, usize)> = passes.iter().flat_map(|p| p.to_vec()).collect();
+            assert_eq!(joined, groups, "m={m} k={k}: every group once, in order");
+            for pass in &passes {
+                let rows: usize = pass.iter().map(|&(_, g)| g).sum();
+                let within = rows * k * 4 <= X_PASS_BYTES;
+                assert!(
+                    !pass.is_empty() && (within || !many),
+                    "m={m} k={k}: {rows} rows"
+                );
+            }
+        }
+    }
 
     #[test]
     fn runs_cover_every_row_once_in_the_fewest_even_tiles() {

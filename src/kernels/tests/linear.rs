@@ -232,6 +232,32 @@ fn many_rows_keep_their_bits_across_blocks_of_panels() {
 }
 
 #[test]
+fn many_rows_keep_their_bits_across_passes_of_rows() {
+    // Past 8 MiB of x, when a block holds fewer than four panels (k = 4100: a panel is 256 KiB,
+    // one a block, three past 16 MiB of x), the panel kernel takes the x rows in passes of
+    // whole groups, packing the panels again for each: 520 rows are two passes, the second
+    // short, and 1100 rows three. 37 columns end on a partial panel. At k = 2048 a block holds
+    // four panels and 1100 rows (9 MiB) stay one pass.
+    let mut rng = Rng::new(31);
+    for (k, m) in [(4100, 520), (4100, 1100), (2048, 1100)] {
+        let x = tensor(&[m, k], &mut rng, 1.0);
+        for dtype in DTYPES {
+            let w = weight(dtype, &[37, k], &mut rng, 1.0);
+            let one = with_threads(1, || linear(&x, &w)).expect("valid shapes");
+            assert_fixed_order_dot(&one, &x, &w, &format!("{dtype:?} m={m} k={k}"));
+            for t in [2, 3] {
+                let many = with_threads(t, || linear(&x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} k={k} {t} threads");
+            }
+            for isa in simd::available() {
+                let on = with_threads(2, || linear_on(isa, &x, &w)).expect("valid");
+                assert_eq!(bits(&one), bits(&on), "{dtype:?} m={m} k={k} on {isa:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn linear_accepts_any_leading_shape() {
     let mut rng = Rng::new(3);
     let w = weight(DType::BF16, &[6, 10], &mut rng, 1.0);

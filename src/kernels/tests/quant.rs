@@ -108,6 +108,30 @@ fn linear_on_blocks_equals_linear_t_on_the_decoded_matrix_on_every_path() {
     }
 }
 
+/// Past 8 MiB of x, with few panels a block, the panel kernel takes the x rows in passes and
+/// packs the panels again for each (460 rows of k = 4608: two passes): every format keeps the
+/// bits of `linear_t` on its decoded values, on every instruction set and thread count.
+#[test]
+fn linear_on_blocks_keeps_its_bits_across_passes_of_rows() {
+    let mut rng = Rng::new(32);
+    let (k, m) = (4608, 460);
+    let x = tensor(&[m, k], &mut rng, 1.5);
+    for dtype in quantized_dtypes() {
+        let w = quantized(dtype, 21, k, &mut rng);
+        let want = bits(&linear_t(&x, &decoded(&w)).expect("shapes"));
+        for isa in simd::available() {
+            for threads in [1, 2] {
+                let got = with_threads(threads, || linear_on(isa, &x, &w)).expect("shapes");
+                assert_eq!(
+                    bits(&got),
+                    want,
+                    "{dtype} {m}x{k} {isa:?} {threads} threads"
+                );
+            }
+        }
+    }
+}
+
 /// The panel packer (`quant::panel_*`, which `linear` uses from 24 x rows) puts each row's
 /// decoded value where the panel kernel reads it, with zeros past the rows it was given, for
 /// every format, panel width and instruction-set path.
