@@ -205,7 +205,10 @@ fn many_rows_keep_their_bits_across_blocks_of_panels() {
     // on a pair of a whole panel and a partial one, 140 columns on a panel left alone; x is
     // permuted in parallel tasks from these sizes. Past 16 MiB of x (2100 rows at k = 2048)
     // the blocks outside Intel hold eight panels: 140 columns are one of eight and one of a
-    // panel and a part.
+    // panel and a part. Past 8 MiB of x with fewer than four panels a block (k = 4100: a panel
+    // is 256 KiB, one a block, three past 16 MiB of x) the rows are taken in passes of whole
+    // groups, the panels packed again for each: 520 rows are two passes, the second short, and
+    // 1100 rows three; 37 columns end on a partial panel.
     let mut rng = Rng::new(29);
     for (k, n, m) in [
         (2048, 140, 2100),
@@ -213,36 +216,12 @@ fn many_rows_keep_their_bits_across_blocks_of_panels() {
         (2048, 150, 131),
         (1024, 150, 300),
         (640, 140, 420),
+        (4100, 37, 520),
+        (4100, 37, 1100),
     ] {
         let x = tensor(&[m, k], &mut rng, 1.0);
         for dtype in DTYPES {
             let w = weight(dtype, &[n, k], &mut rng, 1.0);
-            let one = with_threads(1, || linear(&x, &w)).expect("valid shapes");
-            assert_fixed_order_dot(&one, &x, &w, &format!("{dtype:?} m={m} k={k}"));
-            for t in [2, 3] {
-                let many = with_threads(t, || linear(&x, &w)).expect("valid");
-                assert_eq!(bits(&one), bits(&many), "{dtype:?} m={m} k={k} {t} threads");
-            }
-            for isa in simd::available() {
-                let on = with_threads(2, || linear_on(isa, &x, &w)).expect("valid");
-                assert_eq!(bits(&one), bits(&on), "{dtype:?} m={m} k={k} on {isa:?}");
-            }
-        }
-    }
-}
-
-#[test]
-fn many_rows_keep_their_bits_across_passes_of_rows() {
-    // Past 8 MiB of x, when a block holds fewer than four panels (k = 4100: a panel is 256 KiB,
-    // one a block, three past 16 MiB of x), the panel kernel takes the x rows in passes of
-    // whole groups, packing the panels again for each: 520 rows are two passes, the second
-    // short, and 1100 rows three. 37 columns end on a partial panel. At k = 2048 a block holds
-    // four panels and 1100 rows (9 MiB) stay one pass.
-    let mut rng = Rng::new(31);
-    for (k, m) in [(4100, 520), (4100, 1100), (2048, 1100)] {
-        let x = tensor(&[m, k], &mut rng, 1.0);
-        for dtype in DTYPES {
-            let w = weight(dtype, &[37, k], &mut rng, 1.0);
             let one = with_threads(1, || linear(&x, &w)).expect("valid shapes");
             assert_fixed_order_dot(&one, &x, &w, &format!("{dtype:?} m={m} k={k}"));
             for t in [2, 3] {
