@@ -2,7 +2,9 @@
 //! `cargo run --release --example kernel_bench [threads] [m,k,n ...]` (`QUICK=1`: fewer shapes;
 //! `DTYPES=Q5_0,...`: these weight types; `ARGMAX=1`: the head's path; `REPS=N`: N timed calls;
 //! `COPIES=N`: cycle through N copies of each weight, so that calls read it from memory;
-//! `ATTENTION=batch,prompt`: instead, attention at the 270m shape, a prefill and a decode step).
+//! `ATTENTION=batch,prompt`: instead, attention at the 270m shape, a prefill and a decode step;
+//! with `STEPS=N` (and `CACHES=M`, default 8), N decode steps over M caches in turn, read from
+//! memory; `LAYERS=m`: instead, the 270m Q4_K_M file's seven projections of 18 layers on m rows).
 //! Prints one core's issue rates of 512-bit multiply-adds, then the median of several runs for
 //! each shape, in GFLOP/s (2 flops per multiply-add).
 // `unsafe` only to call the issue-rate probes' `#[target_feature]` loops after detection.
@@ -119,6 +121,50 @@ fn bench_linear(isa: Isa, m: usize, k: usize, n: usize, dtype: DType) {
     );
 }
 
+/// The 270m Q4_K_M file's seven projections of a layer (their formats as in that file, which
+/// gives half its layers' `v` Q5_0 and `down` Q4_K: here all take the other format), 18
+/// layers of distinct weights, called back to back on `m` x rows: a decode step's `linear`
+/// calls without the operations between them. Medians of whole passes.
+fn bench_layers(m: usize) {
+    let shapes = [
+        (640, 1024, DType::Q5_0),
+        (640, 256, DType::Q5_0),
+        (640, 256, DType::Q8_0),
+        (1024, 640, DType::Q4_K),
+        (640, 2048, DType::Q5_0),
+        (640, 2048, DType::Q5_0),
+        (2048, 640, DType::Q6_K),
+    ];
+    let layers: Vec<Vec<(Tensor, Weight)>> = (0..18)
+        .map(|_| {
+            shapes
+                .iter()
+                .map(|&(k, n, dtype)| {
+                    let x = Tensor::new(vec![m, k], values(m * k, 1)).expect("shape");
+                    (x, blocks(dtype, n, k))
+                })
+                .collect()
+        })
+        .collect();
+    let macs: usize = shapes.iter().map(|&(k, n, _)| 18 * m * k * n).sum();
+    let mut times = Vec::new();
+    for _ in 0..40 {
+        let t = Instant::now();
+        for layer in &layers {
+            for (x, w) in layer {
+                std::hint::black_box(kernels::linear(x, w).expect("linear"));
+            }
+        }
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let t = median(times);
+    println!(
+        "layers x[{m}, ..] 18 x 7 calls: median {:.3} ms a pass, {:.1} GFLOP/s",
+        t * 1e3,
+        2.0 * macs as f64 / t / 1e9
+    );
+}
+
 /// Attention at the 270m model's shape (four query heads on one kv head of 256, Gemma 3's
 /// scale), one global layer: a prefill of `prompt` positions for `batch` sequences into an
 /// empty cache, and one decode step against those positions. Medians of several calls.
@@ -136,6 +182,39 @@ fn bench_attention(batch: usize, prompt: usize) {
     );
     let (q1, k1, v1) = (tensor(1, heads, 4), tensor(1, kv, 5), tensor(1, kv, 6));
     let pad = vec![0; batch];
+    // `STEPS=N`: instead, N decode steps spread over `CACHES` filled caches (eight unless set)
+    // in turn, so that each step reads its cache from memory as a decode step's layers do.
+    if let Some(steps) = std::env::var("STEPS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let n_caches = std::env::var("CACHES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(8);
+        let mut caches: Vec<KvCache> = (0..n_caches)
+            .map(|_| {
+                let mut c = KvCache::global(batch, kv, d, prompt + steps).expect("cache");
+                attention(&q, &k, &v, &mut c, &pad, scale).expect("attention");
+                c
+            })
+            .collect();
+        let mut times = Vec::new();
+        for s in 0..steps {
+            let c = &mut caches[s % n_caches];
+            let t = Instant::now();
+            std::hint::black_box(attention(&q1, &k1, &v1, c, &pad, scale).expect("attention"));
+            times.push(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "attention {:?} batch {batch} prompt {prompt}: {steps} decode steps over {n_caches} \
+             caches, median {:.1} us (best {:.1})",
+            kernels::isa(),
+            median(times.clone()) * 1e6,
+            times.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
+        );
+        return;
+    }
     let empty = KvCache::global(batch, kv, d, prompt + 1).expect("cache");
     let mut filled = empty.clone();
     attention(&q, &k, &v, &mut filled, &pad, scale).expect("attention");
@@ -264,6 +343,10 @@ fn main() {
     );
     #[cfg(target_arch = "x86_64")]
     issue_rates();
+    if let Some(m) = std::env::var("LAYERS").ok().and_then(|m| m.parse().ok()) {
+        bench_layers(m);
+        return;
+    }
     if let Ok(shape) = std::env::var("ATTENTION") {
         let v: Vec<usize> = shape.split(',').filter_map(|p| p.parse().ok()).collect();
         let &[batch, prompt] = &v[..] else {

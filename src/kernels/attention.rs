@@ -466,20 +466,36 @@ enum Part {
 }
 
 impl Ctx<'_> {
-    /// Hints the keys or values of columns `cols` of sequence `b`, kv head `kvh`, into L1. A
-    /// cached column of one sequence is a whole batch of columns away from its neighbour (the
-    /// cache is laid out slot-major), a stride the hardware prefetcher does not follow, so
-    /// without this every group of four columns waited on memory in turn.
+    /// Hints the keys or values of columns `cols` of sequence `b`, kv head `kvh`, into L1, and
+    /// then into L2 as well. A cached column of one sequence is a whole batch of columns away
+    /// from its neighbour (the cache is laid out slot-major), a stride the hardware prefetcher
+    /// does not follow, so without this every group of four columns waited on memory in turn.
+    ///
+    /// Why twice. A group's keys are 64 lines, more than a core keeps in flight, and asked for
+    /// once, a step still waited on many of them. On Zen 5, one global layer's decode step over
+    /// caches read from memory (`kernel_bench` `STEPS=300 ATTENTION=…`, builds alternating,
+    /// three rounds, 2 threads): batch 32, prompt 128 took 259-272 µs with the second request
+    /// against 320-335 without, batch 8, prompt 1024 590-616 against 700-712 (873-877 against
+    /// 1201-1227 on one thread), batch 32, prompt 48 129-136 against 151-154. Asking for the
+    /// same lines into L1 twice did as well; three times, or the second request for later
+    /// columns (two to eight groups further on), or only each key's first line, less.
     #[inline(always)]
     fn prefetch(&self, b: usize, cols: Range<usize>, kvh: usize, part: Part) {
         #[cfg(target_arch = "x86_64")]
-        for col in cols {
-            let (k, v) = self.kv_at(b, col, kvh);
-            let row = match part {
-                Part::Keys => k,
-                Part::Values => v,
-            };
-            simd::prefetch(row.as_ptr().cast(), std::mem::size_of_val(row));
+        for into_l2 in [false, true] {
+            for col in cols.clone() {
+                let (k, v) = self.kv_at(b, col, kvh);
+                let row = match part {
+                    Part::Keys => k,
+                    Part::Values => v,
+                };
+                let (p, len) = (row.as_ptr().cast(), std::mem::size_of_val(row));
+                if into_l2 {
+                    simd::prefetch_l2(p, len);
+                } else {
+                    simd::prefetch(p, len);
+                }
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (b, cols, kvh, part);

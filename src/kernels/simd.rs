@@ -81,6 +81,19 @@ pub(crate) fn prefetch(p: *const u8, len: usize) {
     }
 }
 
+/// [`prefetch`] into L2 only.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_l2(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    let mut line = 0;
+    while line < len {
+        // SAFETY: as in `prefetch`.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(line).cast()) };
+        line += LINE;
+    }
+}
+
 /// Instruction set a hot loop runs with, from the least to the most capable: every set
 /// includes the ones before it (a CPU detected as [`Isa::Avx512`] also runs the AVX2 loops).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
