@@ -72,24 +72,24 @@ impl LineAligned {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch(p: *const u8, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let mut line = 0;
-    while line < len {
-        // SAFETY: a prefetch is only a hint; no address makes it fault. SSE is baseline x86-64.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
-        line += LINE;
-    }
+    prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T0 }>(p, len);
 }
 
 /// [`prefetch`] into L2 only.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_l2(p: *const u8, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+    prefetch_lines::<{ std::arch::x86_64::_MM_HINT_T1 }>(p, len);
+}
+
+/// One `prefetch` instruction of hint `HINT` per cache line of the `len` bytes from `p`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_lines<const HINT: i32>(p: *const u8, len: usize) {
     let mut line = 0;
     while line < len {
-        // SAFETY: as in `prefetch`.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(line).cast()) };
+        // SAFETY: a prefetch is only a hint; no address makes it fault. SSE is baseline x86-64.
+        unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(p.wrapping_add(line).cast()) };
         line += LINE;
     }
 }
