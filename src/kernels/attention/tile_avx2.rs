@@ -44,8 +44,9 @@ impl Tile {
     /// one register, but still loads the query for every key and the output row for every
     /// block of values. On Zen 5 (`kernel_bench` `STEPS=300 ATTENTION=32,128`, one global
     /// layer's decode step over caches read from memory, 2 threads, three rounds alternating,
-    /// both with an earlier form of the second prefetch request) the tile took 322-324 µs against 351-377, at prompt 48 160-162
-    /// against 169-173, and at batch 8, prompt 1024 650-655 against 650-818.
+    /// both with an earlier form of the second prefetch request) the tile took 322-324 µs
+    /// against 351-377, at prompt 48 160-162 against 169-173, and at batch 8, prompt 1024
+    /// 650-655 against 650-818.
     pub(super) fn new(cpu: Cpu, d: usize) -> Option<Tile> {
         let fits = d > 0 && d.is_multiple_of(LANES);
         (fits && cpu.has_avx2()).then_some(Tile(cpu))
