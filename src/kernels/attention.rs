@@ -473,10 +473,11 @@ impl Ctx<'_> {
     ///
     /// Why twice. A group's keys are 64 lines, more than a core keeps in flight, and asked for
     /// once, a step still waited on many of them. On Zen 5, one global layer's decode step
-    /// over caches read from memory (`kernel_bench` `STEPS=300 ATTENTION=batch,prompt`, builds
-    /// alternating, three rounds, 2 threads): batch 32, prompt 128 took 259-272 µs with the
-    /// second request against 320-335 without, batch 8, prompt 1024 590-616 against 700-712
-    /// (873-877 against 1201-1227 on one thread), batch 32, prompt 48 129-136 against 151-154.
+    /// over caches read from memory (`kernel_bench` `STEPS=300 ATTENTION=batch,prompt`, the two
+    /// ways alternating in one build, three rounds, 2 threads): batch 32, prompt 128 took
+    /// 259-272 µs with the second request against 320-335 without, batch 8, prompt 1024
+    /// 590-616 against 700-712 (873-877 against 1201-1227 on one thread), batch 32, prompt 48
+    /// 129-136 against 151-154.
     /// Asking for the same lines into L1 twice did as well; three times, or the second request
     /// for later columns (two to eight groups further on), or only each key's first line, less.
     /// Not measured on other CPUs.
