@@ -79,9 +79,23 @@ pub struct BatchReport {
     pub prefill_fma_fraction: f64,
     /// Every run's times.
     pub runs: Vec<Timing>,
+    /// With `--profile`: where [`BatchRun::profiled`]'s prefill spent its time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_profile: Option<PrefillProfile>,
     /// With `--profile`: where [`BatchRun::profiled`]'s decode steps spent their time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_profile: Option<DecodeProfile>,
+}
+
+/// Where the prefill of one extra run spent its time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrefillProfile {
+    /// That run's prefill time, seconds.
+    pub prefill_s: f64,
+    /// Each engine operation, most time first.
+    pub ops: Vec<OpTime>,
+    /// Prefill time outside every operation (the interpreter, chunking, set-up), seconds.
+    pub outside_ops_s: f64,
 }
 
 /// Where the decode steps of one extra run spent their time.
@@ -93,6 +107,12 @@ pub struct DecodeProfile {
     pub ops: Vec<OpTime>,
     /// Decode time outside every operation (the interpreter, step set-up), seconds.
     pub outside_ops_s: f64,
+}
+
+/// A stage's time outside every operation in `ops`: never below 0.
+fn outside(stage_s: f64, ops: &[OpTime]) -> f64 {
+    let in_ops: f64 = ops.iter().map(|o| o.seconds).sum();
+    (stage_s - in_ops).max(0.0)
 }
 
 /// The median of `v` (the mean of the middle two for an even count); 0 for none.
@@ -181,13 +201,15 @@ impl BatchReport {
             prefill_peak_fraction: ratio(prefill_gflops, peak_gflops),
             prefill_fma_fraction: ratio(prefill_gflops, fma_gflops),
             runs: run.runs.clone(),
-            decode_profile: run.profiled.as_ref().map(|p| {
-                let in_ops: f64 = p.ops.iter().map(|o| o.seconds).sum();
-                DecodeProfile {
-                    decode_s: p.timing.decode_s,
-                    ops: p.ops.clone(),
-                    outside_ops_s: (p.timing.decode_s - in_ops).max(0.0),
-                }
+            prefill_profile: run.profiled.as_ref().map(|p| PrefillProfile {
+                prefill_s: p.timing.prefill_s,
+                ops: p.prefill_ops.clone(),
+                outside_ops_s: outside(p.timing.prefill_s, &p.prefill_ops),
+            }),
+            decode_profile: run.profiled.as_ref().map(|p| DecodeProfile {
+                decode_s: p.timing.decode_s,
+                ops: p.ops.clone(),
+                outside_ops_s: outside(p.timing.decode_s, &p.ops),
             }),
         }
     }
@@ -385,43 +407,56 @@ impl Report {
             .collect();
         out.push_str(&render_table(&header, rows));
         for r in &self.batches {
+            if let Some(p) = &r.prefill_profile {
+                let heading = format!(
+                    "prefill profile, batch {}: the same run's prefill of {} positions",
+                    r.batch,
+                    r.batch * self.prompt_len
+                );
+                let table = stage_table(&heading, p.prefill_s, &p.ops, p.outside_ops_s, "prefill");
+                out.push_str(&table);
+            }
             if let Some(p) = &r.decode_profile {
-                out.push_str(&p.to_table(r.batch, r.decode_steps));
+                let heading = format!(
+                    "decode profile, batch {}: one extra run's {} decode steps",
+                    r.batch, r.decode_steps
+                );
+                let table = stage_table(&heading, p.decode_s, &p.ops, p.outside_ops_s, "decode");
+                out.push_str(&table);
             }
         }
         out
     }
 }
 
-impl DecodeProfile {
-    /// The profile as a heading and one line per operation, then the time outside them.
-    fn to_table(&self, batch: usize, steps: usize) -> String {
-        let share = |s: f64| fmt_num(100.0 * ratio(s, self.decode_s), 1);
-        let ms = |s: f64| fmt_num(s * 1e3, 1);
-        let mut rows: Vec<Vec<String>> = self
-            .ops
-            .iter()
-            .map(|o| {
-                vec![
-                    o.op.clone(),
-                    o.calls.to_string(),
-                    ms(o.seconds),
-                    share(o.seconds),
-                ]
-            })
-            .collect();
-        rows.push(vec![
-            "(outside operations)".into(),
-            "-".into(),
-            ms(self.outside_ops_s),
-            share(self.outside_ops_s),
-        ]);
-        format!(
-            "\ndecode profile, batch {batch}: one extra run's {steps} decode steps, {} ms\n{}",
-            ms(self.decode_s),
-            render_table(&["operation", "calls", "ms", "% of decode"], rows)
-        )
-    }
+/// A profiled stage (`stage`: its name in the share column, taking `stage_s` seconds) as
+/// `heading` and one line per operation, then the time outside them.
+fn stage_table(heading: &str, stage_s: f64, ops: &[OpTime], outside_s: f64, stage: &str) -> String {
+    let share = |s: f64| fmt_num(100.0 * ratio(s, stage_s), 1);
+    let ms = |s: f64| fmt_num(s * 1e3, 1);
+    let mut rows: Vec<Vec<String>> = ops
+        .iter()
+        .map(|o| {
+            vec![
+                o.op.clone(),
+                o.calls.to_string(),
+                ms(o.seconds),
+                share(o.seconds),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "(outside operations)".into(),
+        "-".into(),
+        ms(outside_s),
+        share(outside_s),
+    ]);
+    let share_header = format!("% of {stage}");
+    format!(
+        "\n{heading}, {} ms\n{}",
+        ms(stage_s),
+        render_table(&["operation", "calls", "ms", &share_header], rows)
+    )
 }
 
 #[cfg(test)]

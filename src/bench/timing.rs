@@ -52,14 +52,19 @@ pub fn time_run_tokens(
     run_steps(gen, prompts, new_tokens, false).map(|r| (r.timing, r.tokens))
 }
 
-/// [`time_run`] with every engine operation of the decode steps timed
-/// ([`restrict::profile`](crate::restrict::profile)): the run's times and each operation's share.
+/// [`time_run`] with every engine operation of the prefill and of the decode steps timed
+/// ([`restrict::profile`](crate::restrict::profile)): the run's times and each operation's share
+/// of each stage.
 pub fn time_run_profiled(
     gen: &Generator,
     prompts: &[Vec<u32>],
     new_tokens: usize,
-) -> Result<(Timing, Vec<OpTime>), GenerateError> {
-    run_steps(gen, prompts, new_tokens, true).map(|r| (r.timing, r.ops))
+) -> Result<ProfiledRun, GenerateError> {
+    run_steps(gen, prompts, new_tokens, true).map(|r| ProfiledRun {
+        timing: r.timing,
+        ops: r.ops,
+        prefill_ops: r.prefill_ops,
+    })
 }
 
 /// What [`run_steps`] measured.
@@ -69,13 +74,15 @@ struct Steps {
     tokens: Vec<u32>,
     /// The decode steps' operations (empty unless profiled).
     ops: Vec<OpTime>,
+    /// The prefill's operations (empty unless profiled).
+    prefill_ops: Vec<OpTime>,
 }
 
 fn run_steps(
     gen: &Generator,
     prompts: &[Vec<u32>],
     new_tokens: usize,
-    profile_decode: bool,
+    profiled: bool,
 ) -> Result<Steps, GenerateError> {
     let batch = prompts.len();
     let len = prompts.first().map_or(0, Vec::len);
@@ -105,20 +112,30 @@ fn run_steps(
             timing: none,
             tokens: Vec::new(),
             ops: Vec::new(),
+            prefill_ops: Vec::new(),
         });
     }
     let model = gen.fresh_model(batch, len + new_tokens)?;
     let tokens = prompts.concat();
     let positions: Vec<u32> = (0..batch).flat_map(|_| 0..len as u32).collect();
     let pad = vec![0u32; batch];
+    if profiled {
+        profile::start();
+    }
     let t = Instant::now();
-    let mut ids = ids_of(
-        gen.prefill_step(&model, tokens, positions, pad.clone())?,
-        batch,
-    )?;
+    let prefilled = gen
+        .prefill_step(&model, tokens, positions, pad.clone())
+        .and_then(|out| ids_of(out, batch));
     let prefill_s = t.elapsed().as_secs_f64();
+    // Stopped before `?`, so that a failed prefill does not leave profiling on.
+    let prefill_ops = if profiled {
+        profile::stop()
+    } else {
+        Vec::new()
+    };
+    let mut ids = prefilled?;
     let decode_steps = new_tokens.saturating_sub(1);
-    if profile_decode {
+    if profiled {
         profile::start();
     }
     let t = Instant::now();
@@ -137,7 +154,7 @@ fn run_steps(
     };
     let decoded = decode();
     let decode_s = t.elapsed().as_secs_f64();
-    let ops = if profile_decode {
+    let ops = if profiled {
         profile::stop()
     } else {
         Vec::new()
@@ -153,6 +170,7 @@ fn run_steps(
         timing,
         tokens,
         ops,
+        prefill_ops,
     })
 }
 
@@ -189,24 +207,27 @@ pub struct BatchRun {
     /// What that peak covers.
     pub rss_scope: RssScope,
     /// With `--profile`: one extra run with each engine operation's calls and time over its
-    /// decode steps.
+    /// prefill and over its decode steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiled: Option<ProfiledRun>,
 }
 
-/// A run whose decode steps were profiled.
+/// A run whose prefill and decode steps were profiled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProfiledRun {
     /// Its times.
     pub timing: Timing,
     /// Each engine operation of its decode steps, most time first.
     pub ops: Vec<OpTime>,
+    /// Each engine operation of its prefill, most time first.
+    #[serde(default)]
+    pub prefill_ops: Vec<OpTime>,
 }
 
 /// Warm up once, then time `repeat` runs of `batch` prompts. `on_run(i)` is called before run
 /// `i` (for progress output; `i == repeat` is the profiled run). With `profile`, one more run
-/// after the timed ones times every engine operation of its decode steps; it is not one of
-/// the runs the medians are taken over.
+/// after the timed ones times every engine operation of its prefill and of its decode steps;
+/// it is not one of the runs the medians are taken over.
 pub fn run_batch(
     gen: &Generator,
     batch: usize,
@@ -229,8 +250,7 @@ pub fn run_batch(
     let peak_rss_bytes = memory::peak_rss();
     let profiled = if profile {
         on_run(repeat);
-        let (timing, ops) = time_run_profiled(gen, &prompts, new_tokens)?;
-        Some(ProfiledRun { timing, ops })
+        Some(time_run_profiled(gen, &prompts, new_tokens)?)
     } else {
         None
     };

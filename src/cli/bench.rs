@@ -64,7 +64,8 @@ pub struct BenchArgs {
           value_parser = RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     probe_mib: usize,
     /// After the timed runs, one more run per batch size with every engine operation timed;
-    /// prints where its decode steps spent their time (not counted in the medians).
+    /// prints where its prefill and its decode steps spent their time (not counted in the
+    /// medians).
     #[arg(long, conflicts_with = "scaling")]
     profile: bool,
     /// Run every batch size in this process (peak RSS is then process-wide and monotonic).

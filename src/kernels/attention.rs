@@ -21,11 +21,15 @@ use std::ops::Range;
 use super::error::KernelError;
 use super::parallel;
 use super::simd::{self, Isa};
-use super::softmax::exponentials;
+use super::softmax::{exp_less_max, row_sums};
 use super::tensor::Tensor;
 
 #[cfg(target_arch = "x86_64")]
 mod tile_avx2;
+#[cfg(target_arch = "x86_64")]
+mod tile_avx512;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tile_checks;
 
 /// Multiply-adds below which a thread start does not pay off.
 const MIN_TASK_MACS: usize = 1 << 16;
@@ -412,9 +416,33 @@ struct Ctx<'a> {
     window: Option<usize>,
     /// The instruction set the softmax runs with.
     cpu: simd::Cpu,
-    /// The AVX2 tiles, where they apply.
+    /// The register tiles, where they apply.
     #[cfg(target_arch = "x86_64")]
-    tile: Option<tile_avx2::Tile>,
+    tile: Option<Tiles>,
+}
+
+/// The register tiles a CPU runs: AVX-512's where it has it, else AVX2's.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum Tiles {
+    Avx2(tile_avx2::Tile),
+    Avx512(tile_avx512::Tile),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Tiles {
+    fn new(cpu: simd::Cpu, d: usize) -> Option<Tiles> {
+        let wide = tile_avx512::Tile::new(cpu, d).map(Tiles::Avx512);
+        wide.or_else(|| tile_avx2::Tile::new(cpu, d).map(Tiles::Avx2))
+    }
+
+    /// Query rows per tile, at most.
+    fn rows(self) -> usize {
+        match self {
+            Tiles::Avx2(_) => tile_avx2::ROWS,
+            Tiles::Avx512(_) => tile_avx512::ROWS,
+        }
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -438,7 +466,7 @@ impl<'a> Ctx<'a> {
             window: cache.window(),
             cpu,
             #[cfg(target_arch = "x86_64")]
-            tile: tile_avx2::Tile::new(cpu, dims.d),
+            tile: Tiles::new(cpu, dims.d),
         }
     }
 }
@@ -553,20 +581,18 @@ impl Query {
     }
 }
 
-/// The queries `tiled` cut into the tiles that take them: tiles of three, but four as two of
-/// two (a tile of one reads four keys for four multiply-adds).
+/// The queries `tiled` cut into the tiles that take them: as few tiles of at most `rows` as
+/// will do, as even as they can be (seven in tiles of three as three, two and two: a tile of
+/// one reads four keys for four multiply-adds).
 #[cfg(target_arch = "x86_64")]
-fn tiles(tiled: &[usize]) -> impl Iterator<Item = &[usize]> {
+fn tiles(tiled: &[usize], rows: usize) -> impl Iterator<Item = &[usize]> {
+    let count = tiled.len().div_ceil(rows.max(1));
     let mut rest = tiled;
-    std::iter::from_fn(move || {
-        let rows = match rest.len() {
-            0 => return None,
-            4 => 2,
-            n => n.min(tile_avx2::ROWS),
-        };
-        let (these, next) = rest.split_at(rows);
+    (0..count).map(move |t| {
+        let left = count - t;
+        let (these, next) = rest.split_at(rest.len().div_ceil(left));
         rest = next;
-        Some(these)
+        these
     })
 }
 
@@ -580,6 +606,8 @@ struct Scratch {
     out: Vec<f32>,
     /// The queries of a block of keys that take the score tile.
     tiled: Vec<usize>,
+    /// Each query's sum of its exponentials.
+    totals: Vec<f32>,
 }
 
 /// Output rows `rows` (one per (sequence, query, head), `head_dim` wide) into `dst`: the rows
@@ -661,6 +689,7 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
         starts,
         out,
         tiled,
+        totals,
     } = scratch;
     out.clear();
     out.resize(queries.len() * d, 0.0);
@@ -715,18 +744,21 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(tile) = ctx.tile {
-            for these in tiles(tiled) {
+            for these in tiles(tiled, tile.rows()) {
                 ctx.score_tile(tile, these, (j, n, keys), queries, (scores, starts));
             }
         }
         j += n;
     }
 
-    // Each query's weights `e_j / sum`, all at once (whole vectors of divisions).
+    // Each query's weights `e_j / sum`, all at once (whole vectors of divisions). The sums
+    // are `exponentials`' (f64, ascending), taken side by side.
     for i in 0..queries.len() {
-        let e = &mut scores[starts[i]..starts[i + 1]];
-        let total = exponentials(ctx.cpu, e);
-        for e in e.iter_mut() {
+        exp_less_max(ctx.cpu, &mut scores[starts[i]..starts[i + 1]]);
+    }
+    row_sums(scores, starts, totals);
+    for (i, &total) in totals.iter().enumerate() {
+        for e in scores[starts[i]..starts[i + 1]].iter_mut() {
             *e /= total;
         }
     }
@@ -761,7 +793,7 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(tile) = ctx.tile {
-            for these in tiles(tiled) {
+            for these in tiles(tiled, tile.rows()) {
                 sum_tile(tile, these, (j, vals), queries, (scores, starts), out);
             }
         }
@@ -769,54 +801,81 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
     }
 }
 
-/// Queries `these` (indices into `queries`, one to three, ascending, each seeing the whole
-/// block of [`KEYS`] columns from `j`) add the block's values, weighted by their weights (in
-/// `scores`, at `starts[i]` from their first column), into their rows of `out`.
+/// `$body` with the const `$r` bound to `$n`, one of 1 to 6 (the most rows a tile takes).
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_rows {
+    ($n:expr, $r:ident => $body:expr) => {
+        match $n {
+            6 => {
+                const $r: usize = 6;
+                $body
+            }
+            5 => {
+                const $r: usize = 5;
+                $body
+            }
+            4 => {
+                const $r: usize = 4;
+                $body
+            }
+            3 => {
+                const $r: usize = 3;
+                $body
+            }
+            2 => {
+                const $r: usize = 2;
+                $body
+            }
+            _ => {
+                const $r: usize = 1;
+                $body
+            }
+        }
+    };
+}
+
+/// Queries `these` (indices into `queries`, ascending, as many as `tile` takes, each seeing
+/// the whole block of [`KEYS`] columns from `j`) add the block's values, weighted by their
+/// weights (in `scores`, at `starts[i]` from their first column), into their rows of `out`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn sum_tile(
-    tile: tile_avx2::Tile,
+    tile: Tiles,
     these: &[usize],
     (j, vals): (usize, [&[f32]; KEYS]),
     queries: &[Query],
     (scores, starts): (&[f32], &[usize]),
     out: &mut [f32],
 ) {
-    let weights = |r: usize| {
-        let i = these[r];
-        let at = starts[i] + j - queries[i].lo;
-        let mut w = [0.0f32; KEYS];
-        w.copy_from_slice(&scores[at..at + KEYS]);
-        w
-    };
-    match these.len() {
-        3 => tile_avx2::weighted_sums::<3>(
-            tile,
-            out,
-            [these[0], these[1], these[2]],
-            [weights(0), weights(1), weights(2)],
-            vals,
-        ),
-        2 => tile_avx2::weighted_sums::<2>(
-            tile,
-            out,
-            [these[0], these[1]],
-            [weights(0), weights(1)],
-            vals,
-        ),
-        _ => tile_avx2::weighted_sums::<1>(tile, out, [these[0]], [weights(0)], vals),
-    }
+    // Plain loops rather than `array::from_fn`, which was called rather than inlined here, and
+    // whose result was read back through a store it could not forward from: with these (and
+    // the tiles' own checks as loops), one global layer's prefill of batch 8, prompt 1024 took
+    // 88.8-92.5 ms against 98.1-99.7 (Zen 5, `kernel_bench`, three rounds).
+    by_rows!(these.len(), R => {
+        let mut rows = [0usize; R];
+        let mut w = [[0.0f32; KEYS]; R];
+        for r in 0..R {
+            let i = these[r];
+            let at = starts[i] + j - queries[i].lo;
+            rows[r] = i;
+            w[r].copy_from_slice(&scores[at..at + KEYS]);
+        }
+        match tile {
+            Tiles::Avx2(t) => tile_avx2::weighted_sums::<R>(t, out, rows, w, vals),
+            Tiles::Avx512(t) => tile_avx512::weighted_sums::<R>(t, out, rows, w, vals),
+        }
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Ctx<'_> {
-    /// The scores of queries `these` (indices into `queries`, one to three of them, each
+    /// The scores of queries `these` (indices into `queries`, as many as `tile` takes, each
     /// seeing every one of the block's `n` columns from `j`) against the block's keys, into
     /// each one's scores (at `starts[i]`, from its first column).
     #[inline(always)]
     fn score_tile(
         &self,
-        tile: tile_avx2::Tile,
+        tile: Tiles,
         these: &[usize],
         (j, n, keys): (usize, usize, [&[f32]; KEYS]),
         queries: &[Query],
@@ -827,22 +886,19 @@ impl Ctx<'_> {
             let at = starts[i] + j - queries[i].lo;
             scores[at..at + n].copy_from_slice(&row[..n]);
         };
-        let q = |r: usize| self.q_row(queries[these[r]].row);
-        match these.len() {
-            3 => {
-                let s = tile_avx2::scores::<3>(tile, [q(0), q(1), q(2)], keys, self.scale);
-                for (r, row) in s.into_iter().enumerate() {
-                    put(r, row);
-                }
+        by_rows!(these.len(), R => {
+            let mut q: [&[f32]; R] = [&[]; R];
+            for r in 0..R {
+                q[r] = self.q_row(queries[these[r]].row);
             }
-            2 => {
-                let s = tile_avx2::scores::<2>(tile, [q(0), q(1)], keys, self.scale);
-                for (r, row) in s.into_iter().enumerate() {
-                    put(r, row);
-                }
+            let s = match tile {
+                Tiles::Avx2(t) => tile_avx2::scores::<R>(t, q, keys, self.scale),
+                Tiles::Avx512(t) => tile_avx512::scores::<R>(t, q, keys, self.scale),
+            };
+            for (r, row) in s.into_iter().enumerate() {
+                put(r, row);
             }
-            _ => put(0, tile_avx2::scores::<1>(tile, [q(0)], keys, self.scale)[0]),
-        }
+        })
     }
 }
 
@@ -916,7 +972,7 @@ pub(crate) fn attention_one_row_at_a_time(
         for c in query.lo..=query.col {
             scores.push(simd::dot(qrow, ctx.kv_at(b, c, kvh).0) * scale);
         }
-        let total = exponentials(ctx.cpu, &mut scores);
+        let total = super::softmax::exponentials(ctx.cpu, &mut scores);
         for (c, e) in (query.lo..=query.col).zip(&scores) {
             let val = ctx.kv_at(b, c, kvh).1;
             simd::axpy(o, e / total, val);

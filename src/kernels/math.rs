@@ -1,7 +1,7 @@
 //! Scalar transcendental functions for f32 kernels, evaluated in f64 and rounded once to f32.
 //! `tanh` has vector twins ([`tanh4_avx2`], [`tanh8_avx512`]) doing the same f64 operations, so
-//! GELU can run 8 or 16 wide with bit-identical results, and `exp` one ([`exp4_avx2`]) for
-//! softmax and attention; the others use the platform's f64 libm.
+//! GELU can run 8 or 16 wide with bit-identical results, and `exp` two ([`exp4_avx2`],
+//! [`exp8_avx512`]) for softmax and attention; the others use the platform's f64 libm.
 //!
 //! The f64 result is within about one f64 ulp of the true value, so rounding it to f32 gives
 //! the correctly rounded f32 except when the true value lies within ~2^-29 (relative) of the
@@ -94,6 +94,63 @@ pub(crate) unsafe fn exp4_avx2(x: std::arch::x86_64::__m256d) -> std::arch::x86_
         let e = exp_f64_avx2(y);
         let nan = _mm256_cmp_pd::<_CMP_UNORD_Q>(x, x);
         _mm256_cvtpd_ps(_mm256_blendv_pd(e, x, nan))
+    }
+}
+
+/// [`exp_f64`] of eight f64 lanes, the same operations per lane.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn exp_f64_avx512(y: std::arch::x86_64::__m512d) -> std::arch::x86_64::__m512d {
+    use std::arch::x86_64::{
+        _mm512_add_epi64, _mm512_castsi512_pd, _mm512_cvtepi32_epi64, _mm512_cvtpd_epi32,
+        _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_mul_pd, _mm512_roundscale_pd, _mm512_set1_epi64,
+        _mm512_set1_pd, _mm512_slli_epi64, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT,
+    };
+    // SAFETY: register-only arithmetic; the caller guarantees AVX-512F.
+    unsafe {
+        let n = _mm512_roundscale_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_pd(y, _mm512_set1_pd(INV_LN2)),
+        );
+        let r = _mm512_fnmadd_pd(n, _mm512_set1_pd(LN2_HI), y);
+        let r = _mm512_fnmadd_pd(n, _mm512_set1_pd(LN2_LO), r);
+        let mut p = _mm512_set1_pd(EXP_TAYLOR[13]);
+        for &c in EXP_TAYLOR[..13].iter().rev() {
+            p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c));
+        }
+        let ni = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n));
+        let scale = _mm512_castsi512_pd(_mm512_slli_epi64::<52>(_mm512_add_epi64(
+            ni,
+            _mm512_set1_epi64(1023),
+        )));
+        _mm512_mul_pd(p, scale)
+    }
+}
+
+/// [`exp`] of 8 f32 values held as f64 lanes (the same operations per lane, so the same
+/// results), returned as 8 f32.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn exp8_avx512(x: std::arch::x86_64::__m512d) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::{
+        _mm512_cmp_pd_mask, _mm512_cvtpd_ps, _mm512_mask_blend_pd, _mm512_set1_pd, _CMP_GT_OQ,
+        _CMP_LT_OQ, _CMP_UNORD_Q,
+    };
+    // SAFETY: register-only arithmetic; the caller guarantees AVX-512F.
+    unsafe {
+        // The scalar clamps, as compares and selects (a NaN lane is put back at the end).
+        let low = _mm512_set1_pd(EXP_LOW);
+        let high = _mm512_set1_pd(EXP_HIGH);
+        let y = _mm512_mask_blend_pd(_mm512_cmp_pd_mask::<_CMP_LT_OQ>(x, low), x, low);
+        let y = _mm512_mask_blend_pd(_mm512_cmp_pd_mask::<_CMP_GT_OQ>(y, high), y, high);
+        let e = exp_f64_avx512(y);
+        let nan = _mm512_cmp_pd_mask::<_CMP_UNORD_Q>(x, x);
+        _mm512_cvtpd_ps(_mm512_mask_blend_pd(nan, e, x))
     }
 }
 
@@ -191,12 +248,10 @@ pub(crate) unsafe fn tanh4_avx2(x: std::arch::x86_64::__m256d) -> std::arch::x86
 #[inline(always)]
 pub(crate) unsafe fn tanh8_avx512(x: std::arch::x86_64::__m512d) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::{
-        _mm512_add_epi64, _mm512_add_pd, _mm512_and_si512, _mm512_andnot_si512,
-        _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_cvtepi32_epi64,
-        _mm512_cvtpd_epi32, _mm512_cvtpd_ps, _mm512_div_pd, _mm512_fmadd_pd, _mm512_fnmadd_pd,
-        _mm512_mask_blend_pd, _mm512_min_pd, _mm512_mul_pd, _mm512_or_si512, _mm512_roundscale_pd,
-        _mm512_set1_epi64, _mm512_set1_pd, _mm512_slli_epi64, _mm512_sub_pd, _CMP_LT_OQ,
-        _CMP_UNORD_Q, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT,
+        _mm512_add_pd, _mm512_and_si512, _mm512_andnot_si512, _mm512_castpd_si512,
+        _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_cvtpd_ps, _mm512_div_pd,
+        _mm512_mask_blend_pd, _mm512_min_pd, _mm512_or_si512, _mm512_set1_epi64, _mm512_set1_pd,
+        _mm512_sub_pd, _CMP_LT_OQ, _CMP_UNORD_Q,
     };
     // SAFETY: register-only arithmetic; the caller guarantees AVX-512F.
     unsafe {
@@ -206,21 +261,7 @@ pub(crate) unsafe fn tanh8_avx512(x: std::arch::x86_64::__m512d) -> std::arch::x
         let two_t = _mm512_add_pd(t, t);
         // `min` returns its second operand when the first is NaN, like the scalar `if`.
         let y = _mm512_min_pd(two_t, _mm512_set1_pd(TANH_CLAMP));
-        let n = _mm512_roundscale_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm512_mul_pd(y, _mm512_set1_pd(INV_LN2)),
-        );
-        let r = _mm512_fnmadd_pd(n, _mm512_set1_pd(LN2_HI), y);
-        let r = _mm512_fnmadd_pd(n, _mm512_set1_pd(LN2_LO), r);
-        let mut p = _mm512_set1_pd(EXP_TAYLOR[13]);
-        for &c in EXP_TAYLOR[..13].iter().rev() {
-            p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c));
-        }
-        let ni = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n));
-        let scale = _mm512_castsi512_pd(_mm512_slli_epi64::<52>(_mm512_add_epi64(
-            ni,
-            _mm512_set1_epi64(1023),
-        )));
-        let e = _mm512_mul_pd(p, scale);
+        let e = exp_f64_avx512(y);
         let one = _mm512_set1_pd(1.0);
         let q = _mm512_sub_pd(
             one,
@@ -312,6 +353,41 @@ mod tests {
             // SAFETY: AVX2 and FMA were detected above; `lanes` holds 4 f64, `out` 4 f32.
             unsafe { _mm_storeu_ps(out.as_mut_ptr(), exp4_avx2(_mm256_loadu_pd(lanes.as_ptr()))) };
             for (x, got) in quad.iter().zip(out) {
+                let want = exp(*x);
+                if want.is_nan() {
+                    assert!(got.is_nan(), "exp({x:e})");
+                } else {
+                    assert_eq!(got.to_bits(), want.to_bits(), "exp({x:e})");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp_avx512_is_bit_identical_to_scalar() {
+        use std::arch::x86_64::{_mm256_storeu_ps, _mm512_loadu_pd};
+        if !std::is_x86_feature_detected!("avx512f") {
+            eprintln!("no AVX-512 here: the 8-lane exp is not run");
+            return;
+        }
+        let mut xs = sample();
+        // Softmax's arguments: at most zero, dense near it.
+        xs.extend((0..40_000).map(|i| -(i as f32) * 0.0027));
+        for eight in xs.chunks(8) {
+            let mut lanes = [0.0f64; 8];
+            for (l, x) in lanes.iter_mut().zip(eight) {
+                *l = f64::from(*x);
+            }
+            let mut out = [0.0f32; 8];
+            // SAFETY: AVX-512F was detected above; `lanes` holds 8 f64, `out` 8 f32.
+            unsafe {
+                _mm256_storeu_ps(
+                    out.as_mut_ptr(),
+                    exp8_avx512(_mm512_loadu_pd(lanes.as_ptr())),
+                )
+            };
+            for (x, got) in eight.iter().zip(out) {
                 let want = exp(*x);
                 if want.is_nan() {
                     assert!(got.is_nan(), "exp({x:e})");

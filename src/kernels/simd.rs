@@ -453,6 +453,66 @@ pub(crate) fn top_byte_controls() -> [std::arch::x86_64::__m256i; 4] {
     [c(0), c(1), c(2), c(3)]
 }
 
+/// Where [`reduce16`] leaves accumulator `a`'s sum.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) const fn reduce16_lane(a: usize) -> usize {
+    4 * (a % 4) + a / 4
+}
+
+/// [`reduce_lanes`] of sixteen accumulators at once: accumulator `a`'s sum, bit for bit, in
+/// lane [`reduce16_lane`]`(a)` of the result. The tree adds lane `i + h` into lane `i` for `h`
+/// = 8, 4, 2, 1; here each round pairs the vectors up so that one vector add does a round for
+/// two (then four, eight, sixteen) accumulators side by side.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) unsafe fn reduce16(v: &[std::arch::x86_64::__m512; LANES]) -> [f32; LANES] {
+    use std::arch::x86_64::{
+        _mm512_add_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_storeu_ps,
+    };
+    // h = 8: vector p holds accumulators 2p (lanes 0-7) and 2p + 1 (lanes 8-15).
+    let mut s1 = [_mm512_setzero_ps(); 8];
+    for (p, s) in s1.iter_mut().enumerate() {
+        let (a, b) = (v[2 * p], v[2 * p + 1]);
+        *s = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        );
+    }
+    // h = 4: vector q's 128-bit chunk c holds accumulator 4q + c.
+    let mut s2 = [_mm512_setzero_ps(); 4];
+    for (q, s) in s2.iter_mut().enumerate() {
+        let (a, b) = (s1[2 * q], s1[2 * q + 1]);
+        *s = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(a, b),
+            _mm512_shuffle_f32x4::<0xDD>(a, b),
+        );
+    }
+    // h = 2: vector r's chunk c holds accumulator 8r + c (lanes 0-1) and 8r + 4 + c (2-3).
+    let mut s3 = [_mm512_setzero_ps(); 2];
+    for (r, s) in s3.iter_mut().enumerate() {
+        let (a, b) = (s2[2 * r], s2[2 * r + 1]);
+        *s = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(a, b),
+            _mm512_shuffle_ps::<0xEE>(a, b),
+        );
+    }
+    // h = 1: chunk c, lane t holds accumulator 4t + c.
+    let (a, b) = (s3[0], s3[1]);
+    let s4 = _mm512_add_ps(
+        _mm512_shuffle_ps::<0x88>(a, b),
+        _mm512_shuffle_ps::<0xDD>(a, b),
+    );
+    let mut sums = [0.0f32; LANES];
+    // SAFETY: `sums` holds 16 f32s.
+    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), s4) };
+    sums
+}
+
 /// Decode little-endian bf16 (`half = false`) or f16 (`half = true`) elements from `bytes`
 /// (2 per element) into `out`, with AVX2/F16C; exactly the values of [`bf16_to_f32`] and
 /// [`f16_to_f32`] (NaN payloads aside).
@@ -594,6 +654,46 @@ pub(crate) fn f16_to_f32(bits: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lane values whose sums round differently in each order: magnitudes spread over many
+    /// binades, so any change to the tree's pairing shows in the last bits.
+    fn spread_lanes(seed: u32) -> [f32; LANES] {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        std::array::from_fn(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let v = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+            v * (1u32 << (s % 24)) as f32
+        })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn sixteen_trees_at_once_give_each_trees_bits() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("no AVX-512 here: the vector reduction is not run");
+            return;
+        }
+        for round in 0..200 {
+            let acc: Vec<[f32; LANES]> = (0..LANES as u32)
+                .map(|a| spread_lanes(round * 16 + a))
+                .collect();
+            // SAFETY: AVX-512F was detected above; each `acc[a]` holds 16 f32s.
+            let got = unsafe {
+                use std::arch::x86_64::_mm512_loadu_ps;
+                let v = std::array::from_fn(|a| _mm512_loadu_ps(acc[a].as_ptr()));
+                reduce16(&v)
+            };
+            for (a, lanes) in acc.iter().enumerate() {
+                assert_eq!(
+                    got[reduce16_lane(a)].to_bits(),
+                    reduce_lanes(lanes).to_bits(),
+                    "accumulator {a} of round {round}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn dots_and_axpys_give_the_bits_of_one_at_a_time() {

@@ -203,8 +203,17 @@ fn scaling_times_every_thread_count_in_turn_and_compares_their_tokens() {
     assert_eq!(table.matches("same").count(), 2, "{table}");
 }
 
+/// The calls a profile (`prefill_profile` or `decode_profile`) counted of operation `op`.
+fn calls_of(profile: &Value, op: &str) -> u64 {
+    profile["ops"]
+        .as_array()
+        .and_then(|ops| ops.iter().find(|o| o["op"] == op))
+        .and_then(|o| o["calls"].as_u64())
+        .unwrap_or_else(|| panic!("no {op} in {profile}"))
+}
+
 #[test]
-fn profile_counts_every_engine_operation_of_the_decode_steps() {
+fn profile_counts_every_engine_operation_of_the_prefill_and_the_decode_steps() {
     let dir = Dir::new();
     let model = tiny_model(&dir);
     let out = bench(&model, &["--batch", "2", "--profile", "--json"]);
@@ -216,12 +225,7 @@ fn profile_counts_every_engine_operation_of_the_decode_steps() {
     assert_eq!(row["runs"].as_array().map(Vec::len), Some(1), "{row}");
     let profile = &row["decode_profile"];
     let ops = profile["ops"].as_array().unwrap_or_else(|| panic!("{row}"));
-    let calls = |op: &str| {
-        ops.iter()
-            .find(|o| o["op"] == op)
-            .and_then(|o| o["calls"].as_u64())
-            .unwrap_or_else(|| panic!("no {op} in {profile}"))
-    };
+    let calls = |op: &str| calls_of(profile, op);
     // 2 decode steps of the tiny spec's 6 layers: q, k, v, o, gate, up, down per layer; one
     // attention and six norms per layer plus the final norm; the head fused with argmax.
     assert_eq!(calls("linear"), 2 * 6 * 7);
@@ -240,6 +244,19 @@ fn profile_counts_every_engine_operation_of_the_decode_steps() {
     let outside = number(profile, "outside_ops_s");
     assert!((in_ops + outside - decode_s).abs() < 1e-6, "{profile}");
 
+    // The same run's prefill, apart: one step over the whole prompt, its head read once.
+    let prefill = &row["prefill_profile"];
+    let ops = prefill["ops"].as_array().unwrap_or_else(|| panic!("{row}"));
+    let calls = |op: &str| calls_of(prefill, op);
+    assert_eq!(calls("linear"), 6 * 7);
+    assert_eq!(calls("attention"), 6);
+    assert_eq!(calls("linear+argmax"), 1);
+    let in_ops: f64 = ops.iter().map(|o| number(o, "seconds")).sum();
+    let prefill_s = number(prefill, "prefill_s");
+    assert!(in_ops > 0.0 && in_ops <= prefill_s, "{prefill}");
+    let outside = number(prefill, "outside_ops_s");
+    assert!((in_ops + outside - prefill_s).abs() < 1e-6, "{prefill}");
+
     let table = bench(&model, &["--batch", "1", "--profile"]);
     assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
     let table = text(&table.stdout);
@@ -247,6 +264,11 @@ fn profile_counts_every_engine_operation_of_the_decode_steps() {
         table.contains("decode profile, batch 1: one extra run's 2 decode steps"),
         "{table}"
     );
+    assert!(
+        table.contains("prefill profile, batch 1: the same run's prefill of 4 positions"),
+        "{table}"
+    );
+    assert!(table.contains("% of prefill"), "{table}");
     assert!(table.contains("linear+argmax") && table.contains("(outside operations)"));
 
     let both = bench(&model, &["--profile", "--scaling", "1,2"]);

@@ -64,12 +64,17 @@ pub(super) fn scores<const R: usize>(
 ) -> [[f32; KEYS]; R] {
     let d = qs[0].len();
     assert!(
-        (1..=ROWS).contains(&R)
-            && d.is_multiple_of(LANES)
-            && qs.iter().all(|q| q.len() == d)
-            && keys.iter().all(|k| k.len() == d),
-        "score tile operand lengths"
+        (1..=ROWS).contains(&R) && d.is_multiple_of(LANES),
+        "score tile rows"
     );
+    // Plain loops: iterator adapters here could be called rather than inlined (as
+    // `tile_avx512`'s were).
+    for q in &qs {
+        assert_eq!(q.len(), d, "score tile query length");
+    }
+    for k in &keys {
+        assert_eq!(k.len(), d, "score tile key length");
+    }
     debug_assert!(tile.0.has_avx2());
     // SAFETY: a `Tile` is only made from a `Cpu` that has AVX2 (and with it FMA); the lengths
     // are asserted above.
@@ -171,15 +176,22 @@ pub(super) fn weighted_sums<const R: usize>(
 ) {
     let d = vals[0].len();
     assert!(
-        (1..=ROWS).contains(&R)
-            && d.is_multiple_of(LANES)
-            && vals.iter().all(|v| v.len() == d)
-            && rows.windows(2).all(|w| w[0] < w[1])
-            && (rows[R - 1] + 1) * d <= outs.len(),
-        "weighted sum tile operand lengths"
+        (1..=ROWS).contains(&R) && d.is_multiple_of(LANES) && (rows[R - 1] + 1) * d <= outs.len(),
+        "weighted sum tile rows"
     );
+    // Plain loops, as in `scores`.
+    for v in &vals {
+        assert_eq!(v.len(), d, "weighted sum tile value length");
+    }
+    let mut o = [std::ptr::null_mut(); R];
+    for r in 0..R {
+        assert!(
+            r == 0 || rows[r - 1] < rows[r],
+            "weighted sum tile rows ascend"
+        );
+        o[r] = outs[rows[r] * d..].as_mut_ptr();
+    }
     debug_assert!(tile.0.has_avx2());
-    let o = rows.map(|r| outs[r * d..].as_mut_ptr());
     // SAFETY: a `Tile` is only made from a `Cpu` that has AVX2 and FMA; the rows are distinct,
     // `d` long each and inside `outs`, and every value row is `d` long (asserted above).
     unsafe { weighted_sums_avx2(o, weights, vals) }
@@ -270,44 +282,9 @@ fn reduce8(v: [__m256; HALF]) -> __m256 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tile_checks::{check_scores, check_sums};
     use super::*;
     use crate::kernels::simd::{self, Isa};
-
-    /// Values whose sums round differently in each order: magnitudes over many binades.
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                let v = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
-                v * (1u32 << (s % 20)) as f32
-            })
-            .collect()
-    }
-
-    fn check<const R: usize>(tile: Tile, d: usize, seed: u32) {
-        let q: Vec<Vec<f32>> = (0..R as u32).map(|r| values(d, seed + r)).collect();
-        let k: Vec<Vec<f32>> = (0..KEYS as u32).map(|c| values(d, seed + 50 + c)).collect();
-        let scale = 0.0625 * (1.0 + seed as f32 / 7.0);
-        let got = scores::<R>(
-            tile,
-            std::array::from_fn(|r| &q[r][..]),
-            std::array::from_fn(|c| &k[c][..]),
-            scale,
-        );
-        for r in 0..R {
-            for c in 0..KEYS {
-                let want = simd::dot(&q[r], &k[c]) * scale;
-                assert_eq!(
-                    got[r][c].to_bits(),
-                    want.to_bits(),
-                    "query {r} key {c} of {R} rows, d {d}, seed {seed}"
-                );
-            }
-        }
-    }
 
     #[test]
     fn every_score_has_the_bits_of_one_dot_times_the_scale() {
@@ -317,38 +294,11 @@ mod tests {
         };
         for d in [16, 32, 48, 128, 256, 272] {
             for seed in 0..20 {
-                check::<1>(tile, d, seed);
-                check::<2>(tile, d, seed);
-                check::<3>(tile, d, seed);
+                check_scores::<1>(|q, k, s| scores::<1>(tile, q, k, s), d, seed);
+                check_scores::<2>(|q, k, s| scores::<2>(tile, q, k, s), d, seed);
+                check_scores::<3>(|q, k, s| scores::<3>(tile, q, k, s), d, seed);
             }
         }
-    }
-
-    fn check_sums<const R: usize>(tile: Tile, d: usize, seed: u32) {
-        let vals: Vec<Vec<f32>> = (0..KEYS as u32).map(|c| values(d, seed + c)).collect();
-        let weights: [[f32; KEYS]; R] = std::array::from_fn(|r| {
-            std::array::from_fn(|c| values(1, seed + 10 * r as u32 + c as u32 + 90)[0])
-        });
-        let rows: [usize; R] = std::array::from_fn(|r| 2 * r + (seed as usize % 2));
-        let start = values(6 * d, seed + 200);
-        let mut got = start.clone();
-        weighted_sums::<R>(
-            tile,
-            &mut got,
-            rows,
-            weights,
-            std::array::from_fn(|c| &vals[c][..]),
-        );
-        let mut want = start;
-        for (r, &row) in rows.iter().enumerate() {
-            let refs: [&[f32]; KEYS] = std::array::from_fn(|c| &vals[c][..]);
-            simd::axpys(&mut want[row * d..(row + 1) * d], weights[r], refs);
-        }
-        let same = got
-            .iter()
-            .zip(&want)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "{R} rows, d {d}, seed {seed}");
     }
 
     #[test]
@@ -359,9 +309,9 @@ mod tests {
         };
         for d in [16, 32, 48, 256] {
             for seed in 0..20 {
-                check_sums::<1>(tile, d, seed);
-                check_sums::<2>(tile, d, seed);
-                check_sums::<3>(tile, d, seed);
+                check_sums::<1>(|o, i, w, v| weighted_sums::<1>(tile, o, i, w, v), d, seed);
+                check_sums::<2>(|o, i, w, v| weighted_sums::<2>(tile, o, i, w, v), d, seed);
+                check_sums::<3>(|o, i, w, v| weighted_sums::<3>(tile, o, i, w, v), d, seed);
             }
         }
     }

@@ -10,14 +10,13 @@
 //! whose operands are both vectors, so each accumulator holds one output's sixteen lane sums in
 //! exactly the order of every other `linear` path: element `e` into lane `e % 16`, ascending,
 //! then [`reduce_lanes`](crate::kernels::simd::reduce_lanes)' tree. The trees of sixteen
-//! outputs are taken together by [`reduce16`], which does the same additions on whole vectors.
+//! outputs are taken together by [`simd::reduce16`], which does the same additions on whole vectors.
 //! Between chunks of k (so that a strip's chunk stays in L1) a tile's accumulators wait in
 //! memory, which changes nothing in their order.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps,
-    _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_storeu_ps,
+    __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
 };
 
 use super::avx2::by_format;
@@ -280,111 +279,13 @@ fn put<const R: usize, const C: usize>(
     let mut sums = [[0.0f32; LANES]; 2];
     for (s, v) in sums.iter_mut().zip(&v).take((R * C).div_ceil(LANES)) {
         // SAFETY: as above.
-        *s = unsafe { reduce16(v) };
+        *s = unsafe { simd::reduce16(v) };
     }
     for r in 0..R {
         let row = &mut out.row(i0 + r)[c0..c0 + C];
         for (c, o) in row.iter_mut().enumerate() {
             let n = r * C + c;
-            *o = sums[n / LANES][lane_of(n % LANES)];
-        }
-    }
-}
-
-/// Where [`reduce16`] leaves accumulator `a`'s sum.
-#[inline(always)]
-const fn lane_of(a: usize) -> usize {
-    4 * (a % 4) + a / 4
-}
-
-/// [`reduce_lanes`](crate::kernels::simd::reduce_lanes) of sixteen accumulators at once:
-/// accumulator `a`'s sum, bit for bit, in lane [`lane_of`]`(a)` of the result. The tree adds
-/// lane `i + h` into lane `i` for `h` = 8, 4, 2, 1; here each round pairs the vectors up so
-/// that one vector add does a round for two (then four, eight, sixteen) accumulators side by
-/// side.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn reduce16(v: &[__m512; LANES]) -> [f32; LANES] {
-    // h = 8: vector p holds accumulators 2p (lanes 0-7) and 2p + 1 (lanes 8-15).
-    let mut s1 = [_mm512_setzero_ps(); 8];
-    for (p, s) in s1.iter_mut().enumerate() {
-        let (a, b) = (v[2 * p], v[2 * p + 1]);
-        *s = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0x44>(a, b),
-            _mm512_shuffle_f32x4::<0xEE>(a, b),
-        );
-    }
-    // h = 4: vector q's 128-bit chunk c holds accumulator 4q + c.
-    let mut s2 = [_mm512_setzero_ps(); 4];
-    for (q, s) in s2.iter_mut().enumerate() {
-        let (a, b) = (s1[2 * q], s1[2 * q + 1]);
-        *s = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0x88>(a, b),
-            _mm512_shuffle_f32x4::<0xDD>(a, b),
-        );
-    }
-    // h = 2: vector r's chunk c holds accumulator 8r + c (lanes 0-1) and 8r + 4 + c (2-3).
-    let mut s3 = [_mm512_setzero_ps(); 2];
-    for (r, s) in s3.iter_mut().enumerate() {
-        let (a, b) = (s2[2 * r], s2[2 * r + 1]);
-        *s = _mm512_add_ps(
-            _mm512_shuffle_ps::<0x44>(a, b),
-            _mm512_shuffle_ps::<0xEE>(a, b),
-        );
-    }
-    // h = 1: chunk c, lane t holds accumulator 4t + c.
-    let (a, b) = (s3[0], s3[1]);
-    let s4 = _mm512_add_ps(
-        _mm512_shuffle_ps::<0x88>(a, b),
-        _mm512_shuffle_ps::<0xDD>(a, b),
-    );
-    let mut sums = [0.0f32; LANES];
-    // SAFETY: `sums` holds 16 f32s.
-    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), s4) };
-    sums
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::simd;
-
-    /// Lane values whose sums round differently in each order: magnitudes spread over many
-    /// binades, so any change to the tree's pairing shows in the last bits.
-    fn lanes(seed: u32) -> [f32; LANES] {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        std::array::from_fn(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            let v = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
-            v * (1u32 << (s % 24)) as f32
-        })
-    }
-
-    #[test]
-    fn sixteen_trees_at_once_give_each_trees_bits() {
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            eprintln!("no AVX-512 here: the vector reduction is not run");
-            return;
-        }
-        for round in 0..200 {
-            let acc: Vec<[f32; LANES]> = (0..LANES as u32).map(|a| lanes(round * 16 + a)).collect();
-            // SAFETY: AVX-512F was detected above; each `acc[a]` holds 16 f32s.
-            let got = unsafe {
-                let v = std::array::from_fn(|a| _mm512_loadu_ps(acc[a].as_ptr()));
-                reduce16(&v)
-            };
-            for (a, lanes) in acc.iter().enumerate() {
-                assert_eq!(
-                    got[lane_of(a)].to_bits(),
-                    simd::reduce_lanes(lanes).to_bits(),
-                    "accumulator {a} of round {round}"
-                );
-            }
+            *o = sums[n / LANES][simd::reduce16_lane(n % LANES)];
         }
     }
 }
