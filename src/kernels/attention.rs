@@ -801,7 +801,8 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
     }
 }
 
-/// `$body` with the const `$r` bound to `$n`, one of 1 to 6 (the most rows a tile takes).
+/// `$body` with the const `$r` bound to `$n`, one of 1 to 6 (the most rows a tile takes, as
+/// [`tiles`] cuts them).
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_rows {
     ($n:expr, $r:ident => $body:expr) => {
@@ -826,10 +827,11 @@ macro_rules! by_rows {
                 const $r: usize = 2;
                 $body
             }
-            _ => {
+            1 => {
                 const $r: usize = 1;
                 $body
             }
+            n => unreachable!("a tile of {n} query rows"),
         }
     };
 }

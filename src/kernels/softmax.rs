@@ -278,6 +278,39 @@ fn last_axis(op: &'static str, x: &Tensor) -> Result<usize, KernelError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn rows_summed_side_by_side_give_each_rows_own_sum() {
+        // Rows of uneven lengths (empty ones too), in every count from 0 to 19, so that every
+        // grouping (eight, four, one) and every uneven tail runs.
+        let mut s = 0x9e37_79b9u32;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        for rows in 0..20usize {
+            let lens: Vec<usize> = (0..rows).map(|_| (next() % 40) as usize).collect();
+            let mut starts = vec![0];
+            for l in &lens {
+                starts.push(starts[starts.len() - 1] + l);
+            }
+            let x: Vec<f32> = (0..starts[rows])
+                .map(|_| (next() >> 8) as f32 * 2f32.powi(-((next() % 30) as i32)))
+                .collect();
+            let mut sums = Vec::new();
+            row_sums(&x, &starts, &mut sums);
+            assert_eq!(sums.len(), rows);
+            for (i, got) in sums.iter().enumerate() {
+                let mut want = 0.0f64;
+                for v in &x[starts[i]..starts[i + 1]] {
+                    want += f64::from(*v);
+                }
+                assert_eq!(got.to_bits(), (want as f32).to_bits(), "row {i} of {rows}");
+            }
+        }
+    }
+
     /// The one-at-a-time fold `max_or_nan` replaced.
     fn fold(x: &[f32]) -> f32 {
         x.iter().copied().fold(f32::NEG_INFINITY, |a, b| {

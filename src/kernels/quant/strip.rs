@@ -10,8 +10,8 @@
 //! whose operands are both vectors, so each accumulator holds one output's sixteen lane sums in
 //! exactly the order of every other `linear` path: element `e` into lane `e % 16`, ascending,
 //! then [`reduce_lanes`](crate::kernels::simd::reduce_lanes)' tree. The trees of sixteen
-//! outputs are taken together by [`simd::reduce16`], which does the same additions on whole vectors.
-//! Between chunks of k (so that a strip's chunk stays in L1) a tile's accumulators wait in
+//! outputs are taken together by [`simd::reduce16`], which does the same additions on whole
+//! vectors. Between chunks of k (so that a strip's chunk stays in L1) a tile's accumulators wait in
 //! memory, which changes nothing in their order.
 #![allow(unsafe_code)]
 
