@@ -5,7 +5,8 @@
 //! On Zen 5 (`kernel_bench` `ATTENTION=batch,prompt`: one global layer of the 270m shape, 2
 //! threads, three rounds alternating with the AVX2 tiles these replace there), a prefill of
 //! batch 8, prompt 1024 took 111-115 ms against 135-137, batch 32, prompt 128 8.8-9.8 against
-//! 10.3-11.4; with the score loop kept out of line (below) 105-108 ms.
+//! 10.3-11.4; with the score loop kept out of line (below) 105-108 ms. Not measured on other
+//! CPUs (Zen 4 runs 512-bit operations in two halves; Intel's cores in one).
 //!
 //! A score's order is [`simd::dot`]'s: element `e` into lane `e % 16`, ascending, then
 //! [`simd::reduce_lanes`]' tree, which [`simd::reduce16`] runs for sixteen scores at once; a
