@@ -801,6 +801,10 @@ fn attend_group(ctx: &Ctx<'_>, b: usize, kvh: usize, scratch: &mut Scratch) {
     }
 }
 
+// `by_rows!` has an arm for each tile size up to six: a tile of more rows must add arms.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(tile_avx2::ROWS <= 6 && tile_avx512::ROWS <= 6);
+
 /// `$body` with the const `$r` bound to `$n`, one of 1 to 6 (the most rows a tile takes, as
 /// [`tiles`] cuts them).
 #[cfg(target_arch = "x86_64")]
