@@ -355,10 +355,16 @@ impl Generator {
                         .flat_map(|row| row[c0..c1].iter().copied())
                         .collect()
                 };
-                // Only the last chunk's head is read: the others take the cheaper one.
-                let h = if c1 == width { head } else { Head::Ids };
-                last =
-                    Some(self.step_with(h, model, pick(&tokens), pick(&positions), pad.clone())?);
+                let (t, p) = (pick(&tokens), pick(&positions));
+                if c1 == width {
+                    last = Some(self.step_with(head, model, t, p, pad.clone())?);
+                } else {
+                    // Only the last chunk's output is read: the others run for what they leave
+                    // in the caches alone, without the output head (and the last layer's work
+                    // past its attention).
+                    self.plan
+                        .run_for_effects(&step_inputs(model, t, p, pad.clone()))?;
+                }
                 c0 = c1;
             }
             last.ok_or(GenerateError::Output {

@@ -132,7 +132,7 @@ pub(super) enum Op {
 }
 
 impl Operand {
-    fn slot(&self) -> Option<usize> {
+    pub(super) fn slot(&self) -> Option<usize> {
         match self {
             Operand::Slot(s) => Some(*s),
             Operand::Const(_) => None,
@@ -141,7 +141,7 @@ impl Operand {
 }
 
 impl Op {
-    fn operands(&self) -> Vec<&Operand> {
+    pub(super) fn operands(&self) -> Vec<&Operand> {
         match self {
             Op::Builtin(_, args) | Op::Call(_, args) | Op::LinearArgmax(args) => {
                 args.iter().collect()

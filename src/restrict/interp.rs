@@ -3,13 +3,15 @@
 //! Each function runs straight-line code over a slot array; built-ins borrow their arguments,
 //! user functions and scan bodies receive cheap `Arc` clones, and each slot is freed after its
 //! last use. `scan` runs one compiled body per element of the stack, handing it that layer's
-//! record (a shared view: no weight is copied). Errors carry the line:col of the call; lines of
-//! private regions are not printed.
+//! record (a shared view: no weight is copied). A run for effects alone
+//! ([`Plan::run_for_effects`]) does only what its state changes need ([`super::effects`]).
+//! Errors carry the line:col of the call; lines of private regions are not printed.
 
 use super::ast::BinOp;
 use super::builtins::Builtin;
 use super::compile::{Instr, Op, Operand, Plan};
 use super::diagnostic::{Located, Pos};
+use super::effects::{self, Need};
 use super::error::{RunError, RunErrorKind};
 use super::profile;
 use super::value::{Inputs, Value};
@@ -18,6 +20,23 @@ impl Plan {
     /// Run the entry function with `inputs` bound to its parameters by name. The inputs must
     /// have the types the plan was compiled for (tensor sizes and id-list lengths may vary).
     pub fn run(&self, inputs: &Inputs) -> Result<Value, RunError> {
+        let args = self.bind(inputs)?;
+        self.call(self.entry, args)
+    }
+
+    /// Run the entry function for what it leaves in the inputs' state (the KV caches) alone:
+    /// the same caches as [`Plan::run`], bit for bit, without computing anything they do not
+    /// depend on (see [`super::effects`]). For a prefill chunk whose output is thrown away.
+    pub fn run_for_effects(&self, inputs: &Inputs) -> Result<(), RunError> {
+        let args = self.bind(inputs)?;
+        // Worked out per run: a pass over a few hundred instructions, next to a prefill chunk.
+        let needs = effects::needs(&self.functions);
+        self.call_for_effects(&needs, self.entry, args)
+    }
+
+    /// The entry function's arguments: `inputs` by parameter name, each checked against the
+    /// type the plan was compiled for.
+    fn bind(&self, inputs: &Inputs) -> Result<Vec<Value>, RunError> {
         let mut args = Vec::with_capacity(self.params.len());
         for (name, t) in &self.params {
             let Some(v) = inputs.get(name) else {
@@ -55,7 +74,7 @@ impl Plan {
                 self.entry_pos,
             ));
         }
-        self.call(self.entry, args)
+        Ok(args)
     }
 
     pub(super) fn error(&self, kind: RunErrorKind, pos: Pos) -> RunError {
@@ -92,6 +111,110 @@ impl Plan {
         }
     }
 
+    /// [`Plan::call`] for its effects alone: each instruction as [`Need`] says.
+    fn call_for_effects(
+        &self,
+        all: &[Vec<Need>],
+        index: usize,
+        args: Vec<Value>,
+    ) -> Result<(), RunError> {
+        let (Some(f), Some(needs)) = (self.functions.get(index), all.get(index)) else {
+            return Err(self.error(internal("a call to a missing plan"), self.entry_pos));
+        };
+        let mut slots: Vec<Option<Value>> = Vec::with_capacity(f.n_slots);
+        slots.extend(args.into_iter().map(Some));
+        slots.resize_with(f.n_slots.max(f.n_params), || None);
+        for (instr, need) in f.code.iter().zip(needs) {
+            match need {
+                Need::Value => {
+                    let v = self.step(instr, &slots)?;
+                    if let Some(s) = slots.get_mut(instr.dst) {
+                        *s = Some(v);
+                    }
+                }
+                Need::Effects => self.effects_of(all, instr, &slots)?,
+                Need::Skip => {}
+            }
+            // A skipped instruction's operands are not read later either: this was their last use.
+            for &d in &instr.drop_after {
+                if let Some(s) = slots.get_mut(d) {
+                    *s = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `instr` for its effects alone: a call effects-only, a scan with its last body
+    /// effects-only (the bodies before it produce the carry the next one reads), and anything
+    /// else as usual, its value dropped.
+    fn effects_of(
+        &self,
+        all: &[Vec<Need>],
+        instr: &Instr,
+        slots: &[Option<Value>],
+    ) -> Result<(), RunError> {
+        let get = |o| self.operand(slots, o, instr.pos);
+        match &instr.op {
+            Op::Call(g, args) => {
+                let vals = args
+                    .iter()
+                    .map(|a| get(a).cloned())
+                    .collect::<Result<Vec<Value>, _>>()?;
+                self.call_for_effects(all, *g, vals)
+            }
+            Op::Scan {
+                body,
+                carry,
+                stacked,
+                extra,
+            } => self
+                .scan(instr, slots, (*body, carry, stacked, extra), Some(all))
+                .map(drop),
+            _ => self.step(instr, slots).map(drop),
+        }
+    }
+
+    /// A scan's bodies over its stack, each taking the carry the one before returned; with
+    /// `for_effects` (every function's [`Need`]s), the last body runs for its effects alone and
+    /// the carry is not returned.
+    fn scan(
+        &self,
+        instr: &Instr,
+        slots: &[Option<Value>],
+        (body, carry, stacked, extra): (usize, &Operand, &Operand, &[Operand]),
+        for_effects: Option<&[Vec<Need>]>,
+    ) -> Result<Option<Value>, RunError> {
+        let get = |o| self.operand(slots, o, instr.pos);
+        let mut carry = get(carry)?.clone();
+        let Value::Stack(items) = get(stacked)? else {
+            return Err(self.error(
+                RunErrorKind::Kind {
+                    what: "scan's third argument".into(),
+                    expected: "a stack".into(),
+                    found: get(stacked)?.kind().into(),
+                },
+                instr.pos,
+            ));
+        };
+        let extra = extra
+            .iter()
+            .map(|a| get(a).cloned())
+            .collect::<Result<Vec<Value>, _>>()?;
+        for (i, item) in items.iter().enumerate() {
+            let mut args = Vec::with_capacity(2 + extra.len());
+            args.push(carry);
+            args.push(item.clone());
+            args.extend(extra.iter().cloned());
+            if let Some(all) = for_effects.filter(|_| i + 1 == items.len()) {
+                self.call_for_effects(all, body, args)?;
+                return Ok(None);
+            }
+            carry = self.call(body, args)?;
+        }
+        Ok(Some(carry))
+    }
+
     fn step(&self, instr: &Instr, slots: &[Option<Value>]) -> Result<Value, RunError> {
         let get = |o| self.operand(slots, o, instr.pos);
         let at = |kind| self.error(kind, instr.pos);
@@ -116,28 +239,9 @@ impl Plan {
                 carry,
                 stacked,
                 extra,
-            } => {
-                let mut carry = get(carry)?.clone();
-                let Value::Stack(items) = get(stacked)? else {
-                    return Err(at(RunErrorKind::Kind {
-                        what: "scan's third argument".into(),
-                        expected: "a stack".into(),
-                        found: get(stacked)?.kind().into(),
-                    }));
-                };
-                let extra = extra
-                    .iter()
-                    .map(|a| get(a).cloned())
-                    .collect::<Result<Vec<Value>, _>>()?;
-                for item in items.iter() {
-                    let mut args = Vec::with_capacity(2 + extra.len());
-                    args.push(carry);
-                    args.push(item.clone());
-                    args.extend(extra.iter().cloned());
-                    carry = self.call(*body, args)?;
-                }
-                Ok(carry)
-            }
+            } => self
+                .scan(instr, slots, (*body, carry, stacked, extra), None)?
+                .ok_or_else(|| at(internal("a scan without its carry"))),
             Op::Field(rec, name) => match get(rec)? {
                 Value::Record(r) => r.get(name).cloned().ok_or_else(|| {
                     at(RunErrorKind::UnknownField {

@@ -4,7 +4,8 @@
 //! The stages, one file each: [`lexer`] (bytes to tokens, comments, region markers),
 //! [`parser`] (tokens to the [`ast`]), [`regions`] (markers to private regions), [`resolve`]
 //! (names, calls, recursion), [`verify`] (the policy; the only maker of [`Checked`]), [`view`]
-//! and [`report`] (what owners review). The grammar, markers and built-ins are documented in
+//! and [`report`] (what owners review). [`effects`] says what a run whose value is thrown away
+//! still has to do. The grammar, markers and built-ins are documented in
 //! docs/engine-language.md. [`profile`] optionally times the built-ins as a plan runs (for
 //! `runner bench --profile`).
 //!
@@ -16,6 +17,7 @@ pub mod ast;
 pub mod builtins;
 pub mod compile;
 pub mod diagnostic;
+mod effects;
 pub mod error;
 mod interp;
 pub mod lexer;

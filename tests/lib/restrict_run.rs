@@ -687,3 +687,95 @@ fn logits(x, w) {
         }
     }
 }
+
+/// Every key and value a cache holds, in order, as bits.
+fn cache_bits(cache: &Value) -> Vec<u32> {
+    let Value::State(h) = cache else {
+        panic!("not a cache")
+    };
+    let state = h.lock();
+    let kv = state.as_kv().expect("a KV cache");
+    let mut bits = Vec::new();
+    for b in 0..kv.batch() {
+        for col in kv.held() {
+            for head in 0..kv.n_kv_heads() {
+                for part in [kv.key(b, col, head), kv.value(b, col, head)] {
+                    bits.extend(part.expect("a held column").iter().map(|v| v.to_bits()));
+                }
+            }
+        }
+    }
+    bits
+}
+
+#[test]
+fn a_run_for_effects_alone_leaves_the_caches_of_a_full_run_bit_for_bit() {
+    let src = include_str!("../engines/tiny_gemma.eng");
+    let (tokens, pad) = ([0u32, 3, 7, 5, 6, 2, 9, 1], [1u32, 0]);
+    let positions = [0u32, 0, 1, 2, 0, 1, 2, 3];
+    // Two columns of each row, then the other two: the way the runner chunks a prefill.
+    let cols = |v: &[u32], c: std::ops::Range<usize>| -> Vec<u32> {
+        v.chunks(4)
+            .flat_map(|row| row[c.clone()].to_vec())
+            .collect()
+    };
+    let run = |for_effects: bool| {
+        let (model, caches) = gemma_model(2, 3);
+        let first = step(&model, &cols(&tokens, 0..2), &cols(&positions, 0..2), &pad);
+        let plan = build(src, "logits", &first);
+        if for_effects {
+            plan.run_for_effects(&first)
+                .unwrap_or_else(|e| panic!("{e}"));
+        } else {
+            plan.run(&first).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let rest = step(&model, &cols(&tokens, 2..4), &cols(&positions, 2..4), &pad);
+        let logits = out_tensor(plan.run(&rest).unwrap_or_else(|e| panic!("{e}")));
+        let bits: Vec<Vec<u32>> = caches.iter().map(cache_bits).collect();
+        (logits, bits)
+    };
+    let (full, full_caches) = run(false);
+    let (effects, effects_caches) = run(true);
+    // Three layers, the sliding ones holding their window of two, the global one all four.
+    let held: Vec<usize> = full_caches.iter().map(Vec::len).collect();
+    assert_eq!(held, [2 * 2 * 2 * 4, 2 * 2 * 2 * 4, 2 * 4 * 2 * 4]);
+    assert_eq!(full_caches, effects_caches);
+    let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&full), bits(&effects));
+}
+
+#[test]
+fn a_run_for_effects_alone_skips_what_only_the_result_needs() {
+    // The result would fail at run time (six values do not split into four heads); the
+    // attention before it appends to the cache either way.
+    let src = "\
+fn main(q, k, v, cache, pad, heads) {
+  let o = attention(q, k, v, cache, pad, 0.5);
+  return split_heads(merge_heads(o), heads);
+}
+";
+    let cache = Value::kv_cache(KvCache::global(1, 1, 6, 8).unwrap_or_else(|e| panic!("{e}")));
+    let x = |seed| Value::tensor(tensor(&[1, 2, 1, 6], seed));
+    let inputs = Inputs::new()
+        .with("q", x(1))
+        .with("k", x(2))
+        .with("v", x(3))
+        .with("cache", cache.clone())
+        .with("pad", Value::ids(vec![0u32]))
+        .with("heads", Value::Scalar(4.0));
+    let plan = build(src, "main", &inputs);
+    let len = || {
+        let Value::State(h) = &cache else { panic!() };
+        h.lock().as_kv().map(KvCache::len)
+    };
+    plan.run_for_effects(&inputs)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(len(), Some(2));
+    let err = plan.run(&inputs).expect_err("four heads of six values");
+    assert!(
+        matches!(&err.kind, RunErrorKind::BadArgument { op, index: 2, .. } if op == "split_heads"),
+        "{err}"
+    );
+    assert_eq!(err.pos(), Pos::new(3, 10), "{err}");
+    assert_eq!(len(), Some(4));
+}
