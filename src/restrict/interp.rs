@@ -154,37 +154,35 @@ impl Plan {
         instr: &Instr,
         slots: &[Option<Value>],
     ) -> Result<(), RunError> {
-        let get = |o| self.operand(slots, o, instr.pos);
         match &instr.op {
             Op::Call(g, args) => {
-                let vals = args
-                    .iter()
-                    .map(|a| get(a).cloned())
-                    .collect::<Result<Vec<Value>, _>>()?;
+                let vals = self.owned(slots, args, instr.pos)?;
                 self.call_for_effects(all, *g, vals)
             }
-            Op::Scan {
-                body,
-                carry,
-                stacked,
-                extra,
-            } => self
-                .scan(instr, slots, (*body, carry, stacked, extra), Some(all))
-                .map(drop),
+            Op::Scan { .. } => self.scan(instr, slots, Some(all)).map(drop),
             _ => self.step(instr, slots).map(drop),
         }
     }
 
-    /// A scan's bodies over its stack, each taking the carry the one before returned; with
-    /// `for_effects` (every function's [`Need`]s), the last body runs for its effects alone and
-    /// the carry is not returned.
+    /// A scan instruction's bodies over its stack, each taking the carry the one before
+    /// returned; with `for_effects` (every function's [`Need`]s), the last body runs for its
+    /// effects alone and the carry is not returned.
     fn scan(
         &self,
         instr: &Instr,
         slots: &[Option<Value>],
-        (body, carry, stacked, extra): (usize, &Operand, &Operand, &[Operand]),
         for_effects: Option<&[Vec<Need>]>,
     ) -> Result<Option<Value>, RunError> {
+        let Op::Scan {
+            body,
+            carry,
+            stacked,
+            extra,
+        } = &instr.op
+        else {
+            return Err(self.error(internal("a scan that is not one"), instr.pos));
+        };
+        let body = *body;
         let get = |o| self.operand(slots, o, instr.pos);
         let mut carry = get(carry)?.clone();
         let Value::Stack(items) = get(stacked)? else {
@@ -197,10 +195,7 @@ impl Plan {
                 instr.pos,
             ));
         };
-        let extra = extra
-            .iter()
-            .map(|a| get(a).cloned())
-            .collect::<Result<Vec<Value>, _>>()?;
+        let extra = self.owned(slots, extra, instr.pos)?;
         for (i, item) in items.iter().enumerate() {
             let mut args = Vec::with_capacity(2 + extra.len());
             args.push(carry);
@@ -228,19 +223,11 @@ impl Plan {
                 profile::timed(None, || Builtin::linear_argmax(&vals)).map_err(at)
             }
             Op::Call(g, args) => {
-                let vals = args
-                    .iter()
-                    .map(|a| get(a).cloned())
-                    .collect::<Result<Vec<Value>, _>>()?;
+                let vals = self.owned(slots, args, instr.pos)?;
                 self.call(*g, vals)
             }
-            Op::Scan {
-                body,
-                carry,
-                stacked,
-                extra,
-            } => self
-                .scan(instr, slots, (*body, carry, stacked, extra), None)?
+            Op::Scan { .. } => self
+                .scan(instr, slots, None)?
                 .ok_or_else(|| at(internal("a scan without its carry"))),
             Op::Field(rec, name) => match get(rec)? {
                 Value::Record(r) => r.get(name).cloned().ok_or_else(|| {
@@ -277,6 +264,18 @@ impl Plan {
 }
 
 impl Plan {
+    /// The values of `ops`, each cloned (cheap: tensors and weights are shared), for a call.
+    fn owned(
+        &self,
+        slots: &[Option<Value>],
+        ops: &[Operand],
+        pos: Pos,
+    ) -> Result<Vec<Value>, RunError> {
+        ops.iter()
+            .map(|o| self.operand(slots, o, pos).cloned())
+            .collect()
+    }
+
     fn operand<'a>(
         &self,
         slots: &'a [Option<Value>],
