@@ -2,8 +2,10 @@
 //! `scan`) and `engines/gemma3_unrolled.eng` (the same six layers as written-out calls) give the
 //! same greedy tokens on random six-layer configurations (widths, head counts, grouped-query
 //! ratios, sliding windows, layer patterns, rope scaling) and random prompt batches. Besides
-//! the two engines, each batch is checked against its sequences run one at a time: the results
-//! must not depend on how the inputs were batched.
+//! the two engines, each batch is checked against its sequences run one at a time, and its
+//! prefill fed one column at a time (every column but the last run for the caches alone,
+//! `Plan::run_for_effects`) against one step: the results must not depend on how the inputs were
+//! batched or chunked.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,8 +14,8 @@ use proptest::prelude::*;
 use runner::job::generate::{Generator, Settings};
 use runner::model::synthetic::SyntheticSpec;
 use runner::model::weights::Checkpoint;
-use runner::restrict::check;
 use runner::restrict::policy::Policy;
+use runner::restrict::{check, Value};
 
 use crate::common::repo::root;
 
@@ -36,6 +38,27 @@ fn tokens(generator: &Generator, prompts: &[Vec<u32>], max_new: usize) -> Vec<Ve
         .into_iter()
         .map(|g| g.tokens)
         .collect()
+}
+
+/// The first two steps' ids of a batch whose prefill goes `cols` columns at a time.
+fn first_two(generator: &Generator, prompts: &[Vec<u32>], cols: usize) -> Vec<Vec<u32>> {
+    let (tokens, positions, pads) = generator.left_pad(prompts).unwrap();
+    let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let model = generator.fresh_model(prompts.len(), width + 2).unwrap();
+    let ids = |v: Value| match v {
+        Value::Ids(ids) => ids.to_vec(),
+        other => panic!("main returned {}", other.kind()),
+    };
+    let first = generator
+        .prefill_in_chunks(&model, tokens, positions, pads.clone(), cols)
+        .map(ids)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let next: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+    let second = generator
+        .step(&model, first.clone(), next, pads)
+        .map(ids)
+        .unwrap_or_else(|e| panic!("{e}"));
+    vec![first, second]
 }
 
 /// A six-layer configuration: every field the engines read from the config varies.
@@ -102,6 +125,11 @@ proptest! {
         let batched = tokens(&scan, &prompts, max_new);
         prop_assert!(batched.iter().all(|t| t.len() == max_new));
         prop_assert_eq!(&tokens(&unrolled, &prompts, max_new), &batched, "{:?}", spec);
+        let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        for engine in [&scan, &unrolled] {
+            let whole = first_two(engine, &prompts, width);
+            prop_assert_eq!(&first_two(engine, &prompts, 1), &whole, "chunked: {:?}", spec);
+        }
         for (prompt, expected) in prompts.iter().zip(&batched) {
             let alone = tokens(&scan, std::slice::from_ref(prompt), max_new);
             prop_assert_eq!(&alone[0], expected, "batch split changed the tokens: {:?}", spec);
