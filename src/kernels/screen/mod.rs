@@ -57,6 +57,9 @@ const BLOCK_ROWS: usize = 2048;
 /// Rows the batched screen scans between two raisings of an x row's floor.
 const SCAN_SPAN: usize = 256;
 
+/// x rows the batched screen rounds to integers per task.
+const ROUND_ROWS: usize = 16;
+
 /// Panels per task of [`Screen::refine_many`], at least, and tasks per thread: the lists'
 /// rows need not be spread evenly over the panels, and several tasks per thread, each claimed
 /// by whichever thread is free, even out what each thread is given.
@@ -148,16 +151,22 @@ struct Block {
     l2_err: Vec<f32>,
     rounding: Vec<f32>,
     row_l2: Vec<f32>,
+    /// The largest factors of each [`SCAN_SPAN`] rows, in order ([`Block::sealed`]).
+    largest: Vec<scan::Largest>,
 }
 
 impl Block {
-    fn factors(&self) -> scan::Factors<'_> {
+    /// The factors of the block's rows `at .. at + SCAN_SPAN` (fewer at its end), `at` a
+    /// multiple of [`SCAN_SPAN`].
+    fn span_factors(&self, at: usize) -> scan::Factors<'_> {
+        let rows = at..(at + SCAN_SPAN).min(self.scale.len());
         scan::Factors {
-            scale: &self.scale,
-            max_err: &self.max_err,
-            l2_err: &self.l2_err,
-            rounding: &self.rounding,
-            row_l2: &self.row_l2,
+            scale: &self.scale[rows.clone()],
+            max_err: &self.max_err[rows.clone()],
+            l2_err: &self.l2_err[rows.clone()],
+            rounding: &self.rounding[rows.clone()],
+            row_l2: &self.row_l2[rows],
+            largest: self.largest[at / SCAN_SPAN],
         }
     }
 
@@ -168,7 +177,26 @@ impl Block {
             l2_err: Vec::with_capacity(rows),
             rounding: Vec::with_capacity(rows),
             row_l2: Vec::with_capacity(rows),
+            largest: Vec::new(),
         }
+    }
+
+    /// The block with its spans' largest factors found: once every row is in.
+    fn sealed(mut self) -> Block {
+        let n = self.scale.len();
+        self.largest = (0..n)
+            .step_by(SCAN_SPAN)
+            .map(|at| {
+                let r = at..(at + SCAN_SPAN).min(n);
+                scan::Largest::of(
+                    &self.max_err[r.clone()],
+                    &self.l2_err[r.clone()],
+                    &self.rounding[r.clone()],
+                    &self.row_l2[r],
+                )
+            })
+            .collect();
+        self
     }
 
     /// A block whose rows are all scored exactly.
@@ -177,7 +205,7 @@ impl Block {
         for _ in 0..rows {
             block.push_wild();
         }
-        block
+        block.sealed()
     }
 
     fn push_wild(&mut self) {
@@ -369,22 +397,33 @@ impl Screen {
         let covered: Vec<bool> = norms.iter().map(Option::is_some).collect();
         u.channels = int8::outlier_channels(x, k, &covered);
         let (channels, qmax) = (&u.channels, u.qmax);
-        let rows = u.q.chunks_exact_mut(kp);
-        let xs: Vec<Option<XRow>> = x
-            .chunks_exact(k)
-            .zip(norms)
-            .zip(rows.zip(u.wide.chunks_exact_mut(int8::WIDE)))
-            .map(|((xr, norms), (qr, wr))| {
-                let (abs, l2) = norms?;
-                let rounded = int8::round_row(xr, channels, &mut qr[..k], wr, qmax);
-                Some(XRow {
+        let is_wide = int8::wide_mask(k, channels);
+        // Rounded a group of rows per task: on one thread this was a millisecond of a 128-row
+        // call (Zen 5) while the other thread waited.
+        let mut xs: Vec<Option<XRow>> = (0..m).map(|_| None).collect();
+        let groups: Vec<_> = x
+            .chunks(ROUND_ROWS * k)
+            .zip(norms.chunks(ROUND_ROWS))
+            .zip(u.q.chunks_mut(ROUND_ROWS * kp))
+            .zip(u.wide.chunks_mut(ROUND_ROWS * int8::WIDE))
+            .zip(xs.chunks_mut(ROUND_ROWS))
+            .collect();
+        parallel::for_each_part(groups, |((((x, norms), q), wide), out)| {
+            let rows = x.chunks_exact(k).zip(norms);
+            let bytes = q
+                .chunks_exact_mut(kp)
+                .zip(wide.chunks_exact_mut(int8::WIDE));
+            for (((xr, norms), (qr, wr)), out) in rows.zip(bytes).zip(out) {
+                let Some((abs, l2)) = *norms else { continue };
+                let rounded = int8::round_row(xr, channels, &is_wide, &mut qr[..k], wr, qmax);
+                *out = Some(XRow {
                     abs,
                     l2,
                     scale: rounded.scale,
                     err_l2: rounded.err_l2,
-                })
-            })
-            .collect();
+                });
+            }
+        });
         if xs.iter().all(Option::is_none) {
             return (0..m).map(|_| None).collect();
         }
@@ -406,7 +445,6 @@ impl Screen {
                 let (start, n) = (b * BLOCK_ROWS, block.scale.len());
                 let q = &self.q.bytes()[start * kp..(start + n.next_multiple_of(panel::ROWS)) * kp];
                 int8::dots(cpu, &u, m_pad, q, n, kp, &mut dots[..m_pad * n]);
-                let factors = block.factors();
                 for (i, ((xr, f), shared)) in xs.iter().zip(&mut found).zip(&shared).enumerate() {
                     let Some(xr) = xr else { continue };
                     let elsewhere = shared.get();
@@ -427,7 +465,7 @@ impl Screen {
                     // keeps every row it sees, so spans shorter than a block keep fewer.
                     for at in (0..n).step_by(SCAN_SPAN) {
                         let span = at..(at + SCAN_SPAN).min(n);
-                        let factors = factors.span(span.clone());
+                        let factors = block.span_factors(at);
                         let (d, first) = (&d[span], start + at);
                         let best = scan::scan(cpu, d, &factors, x, f.floor, first, &mut f.kept);
                         // A row below a lower bound already seen stays below the final one.
@@ -479,6 +517,10 @@ impl Screen {
         x: &[f32],
         lists: &[(usize, &[usize])],
     ) -> Vec<Option<Vec<usize>>> {
+        // Most steps have no long list: then no task is handed to the pool at all.
+        if lists.is_empty() {
+            return Vec::new();
+        }
         let cpu = simd::limit(isa);
         let k = self.k;
         let tiny = self.tiny();
@@ -758,7 +800,7 @@ fn quantise_block(
     for local in rows..rows.next_multiple_of(panel::ROWS) {
         panel::scatter(out.panels, kp, local, &[]);
     }
-    block
+    block.sealed()
 }
 
 /// `v` rounded up to an f32 (still an upper bound), as every factor is stored: half the
