@@ -8,9 +8,11 @@ Run with the reference venv (scripts/reference/setup.sh):
 Writes into tests/fixtures/gguf/:
 
 blocks.gguf + blocks_expected.safetensors
-    One tensor per block type (F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K), named by the type in
-    lower case (`q4_k`), each numpy shape (3, 512) (GGUF ne0=512, ne1=3), built from random block
-    bytes: random quant bits, and the f16 scale fields (d, and dmin for Q4_K/Q5_K) set to positive,
+    One tensor per block type (F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K, then Q4_1 Q5_1, which
+    llama.cpp's Q5_K_M preset writes for rows that are not whole 256-element super-blocks), named by
+    the type in lower case (`q4_k`), each numpy shape (3, 512) (GGUF ne0=512, ne1=3), built from
+    random block bytes: random quant bits, and the f16 scale fields (d, m for Q4_1/Q5_1, and dmin
+    for Q4_K/Q5_K) set to positive,
     negative, +0, -0, f16 subnormal (positive and negative), the smallest normal, large (+-60000,
     65504) and ordinary magnitudes (1e-3..1e-1, either sign). The 6-bit sub-block scale/min codes of
     Q4_K/Q5_K cover 0..63 (all-63 and 0/63/1/62 patterns in both halves of the 12-byte packing,
@@ -73,6 +75,8 @@ import numpy as np
 
 QT = gguf.GGMLQuantizationType
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
+# blocks.gguf holds these too; the tiny model's projections keep TYPES (its file is unchanged).
+BLOCK_TYPES = TYPES + ["Q4_1", "Q5_1"]
 REPO = Path(__file__).resolve().parents[2]
 BLOCKS_SEED = 20250301
 TINY_SEED = 30270
@@ -277,6 +281,17 @@ def scalar_decode_block(type_name: str, b: bytes) -> list[np.float32]:
             vals[i] = (qs[i] & 0xF) | (((qh >> i) & 1) << 4)
             vals[i + 16] = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4)
         return [d * _f32(v - 16) for v in vals]
+    if type_name in ("Q4_1", "Q5_1"):
+        d, m = _half(b, 0), _half(b, 2)
+        if type_name == "Q4_1":
+            qs = b[4:20]
+            vals = [qs[i] & 0xF for i in range(16)] + [qs[i] >> 4 for i in range(16)]
+        else:
+            qh = int.from_bytes(b[4:8], "little")
+            qs = b[8:24]
+            vals = [(qs[i] & 0xF) | (((qh >> i) & 1) << 4) for i in range(16)]
+            vals += [(qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4) for i in range(16)]
+        return [d * _f32(v) + m for v in vals]
     if type_name in ("Q4_K", "Q5_K"):
         d, dmin = _half(b, 0), _half(b, 2)
         scales = b[4:16]
@@ -379,8 +394,13 @@ def quant_block_tensor(rng: np.random.Generator, type_name: str) -> np.ndarray:
         named = [SCALE_CASES[k] for k in ("positive", "negative", "+0", "-0", "min_subnormal", "max_subnormal",
                                           "neg_subnormal", "min_normal", "large", "neg_large", "max")]
         d = np.concatenate([np.array(named, dtype=np.uint16), ordinary_scales(rng, nb - len(named))])
-        body = rng.integers(0, 256, (nb, size - 2), dtype=np.uint8)
-        blocks = np.concatenate([u16_bytes(d), body], axis=1)
+        fields = [u16_bytes(d)]
+        if type_name in ("Q4_1", "Q5_1"):
+            # the minimum: the same cases, in another order against d
+            m = np.concatenate([np.array(named[::-1], dtype=np.uint16), ordinary_scales(rng, nb - len(named))])
+            fields.append(u16_bytes(m))
+        body = rng.integers(0, 256, (nb, size - 2 * len(fields)), dtype=np.uint8)
+        blocks = np.concatenate(fields + [body], axis=1)
         return blocks.reshape(3, -1)
     # super-blocks: 6 per tensor, every (d, dmin) case below appears once
     assert nb == 6
@@ -431,7 +451,7 @@ def build_blocks(out: Path) -> None:
 
     rng = np.random.default_rng(BLOCKS_SEED)
     tensors, expected = [], {}
-    for t in TYPES:
+    for t in BLOCK_TYPES:
         raw = float_block_tensor(rng, t) if t in ("F32", "F16", "BF16") else quant_block_tensor(rng, t)
         vals = decode(raw, t)
         assert vals.shape == (3, 512) and vals.dtype == np.float32, (t, vals.shape)

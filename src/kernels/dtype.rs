@@ -19,6 +19,10 @@ pub enum DType {
     Q4_0,
     /// 32 5-bit values (offset 16) and one f16 scale.
     Q5_0,
+    /// 32 4-bit values, one f16 scale and one f16 minimum.
+    Q4_1,
+    /// 32 5-bit values, one f16 scale and one f16 minimum.
+    Q5_1,
     /// 256 4-bit values in 8 groups with 6-bit scales and minimums under two f16 factors.
     Q4_K,
     /// 256 5-bit values, grouped as [`DType::Q4_K`].
@@ -29,13 +33,15 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, floats first.
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 11] = [
         DType::F32,
         DType::BF16,
         DType::F16,
         DType::Q8_0,
         DType::Q4_0,
         DType::Q5_0,
+        DType::Q4_1,
+        DType::Q5_1,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
@@ -45,7 +51,7 @@ impl DType {
     pub fn block_elems(self) -> usize {
         match self {
             DType::F32 | DType::BF16 | DType::F16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1 => 32,
             DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
         }
     }
@@ -58,6 +64,8 @@ impl DType {
             DType::Q8_0 => 34,
             DType::Q4_0 => 18,
             DType::Q5_0 => 22,
+            DType::Q4_1 => 20,
+            DType::Q5_1 => 24,
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,
@@ -86,6 +94,8 @@ impl DType {
             DType::Q8_0 => "Q8_0",
             DType::Q4_0 => "Q4_0",
             DType::Q5_0 => "Q5_0",
+            DType::Q4_1 => "Q4_1",
+            DType::Q5_1 => "Q5_1",
             DType::Q4_K => "Q4_K",
             DType::Q5_K => "Q5_K",
             DType::Q6_K => "Q6_K",

@@ -1,4 +1,4 @@
-//! GGML's block formats (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) decoded to f32.
+//! GGML's block formats (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K) decoded to f32.
 //!
 //! A quantized weight stays in its blocks in memory; kernels decode a tile at a time, exactly as
 //! they convert bf16. Each decoder reproduces gguf-py's `gguf.quants.dequantize` (which HF
@@ -14,6 +14,12 @@
 //!   high nibble; `x = d * (q - 8)`.
 //! - Q5_0 (22 / 32): `d`, a u32 of fifth bits (bit `i` for element `i`), then nibbles as Q4_0;
 //!   `x = d * (q - 16)`.
+//! - Q4_1 (20 / 32): `d`, `m`, nibbles as Q4_0; `x = d * q + m`.
+//! - Q5_1 (24 / 32): `d`, `m`, fifth bits and nibbles as Q5_0; `x = d * q + m`. (Where a
+//!   row is not a whole number of 256-element super-blocks, llama.cpp stores a Q5_K_M file's
+//!   Q5_K tensors as Q5_1: every tensor of a Gemma 3 270M or 1B whose rows are 640 or 1152
+//!   long.) The decoders compute `d * q - (-m)`, the K formats' form, which IEEE arithmetic
+//!   makes the same bits as `d * q + m` (but for the sign of a NaN from a NaN minimum).
 //! - Q4_K (144 / 256): `d`, `dmin`, 12 bytes of eight 6-bit scales and minimums, 128 bytes of
 //!   nibbles: group `g` of 32 takes bytes `32 (g / 2)..`, low nibbles for even `g`, high for
 //!   odd; `x = (d * sc[g]) * q - (dmin * m[g])`.
@@ -150,6 +156,8 @@ pub(crate) fn decode_block(dtype: DType, b: &[u8], out: &mut [f32]) {
         DType::Q8_0 => q8_0(b, out),
         DType::Q4_0 => q4_0(b, out),
         DType::Q5_0 => q5_0(b, out),
+        DType::Q4_1 => q4_1(b, out),
+        DType::Q5_1 => q5_1(b, out),
         DType::Q4_K => q4_k(b, out),
         DType::Q5_K => q5_k(b, out),
         DType::Q6_K => q6_k(b, out),
@@ -216,6 +224,33 @@ fn q5_0(b: &[u8], out: &mut [f32]) {
     for (i, ((l, h), &q)) in lo.iter_mut().zip(hi).zip(&b[6..22]).enumerate() {
         *l = d * f32::from(i16::from((q & 0x0f) | fifth(i)) - 16);
         *h = d * f32::from(i16::from((q >> 4) | fifth(i + 16)) - 16);
+    }
+}
+
+/// Q4_1's and Q5_1's `d` and `-m`: each value is `d * q - (-m)`, as the vector decoders
+/// compute it (the same bits as gguf-py's `d * q + m`, but for the sign of a NaN made from a
+/// NaN minimum).
+fn scale_and_negated_minimum(b: &[u8]) -> (f32, f32) {
+    (half(b, 0), -half(b, 2))
+}
+
+fn q4_1(b: &[u8], out: &mut [f32]) {
+    let (d, dm) = scale_and_negated_minimum(b);
+    let (lo, hi) = out[..32].split_at_mut(16);
+    for ((l, h), &q) in lo.iter_mut().zip(hi).zip(&b[4..20]) {
+        *l = d * f32::from(q & 0x0f) - dm;
+        *h = d * f32::from(q >> 4) - dm;
+    }
+}
+
+fn q5_1(b: &[u8], out: &mut [f32]) {
+    let (d, dm) = scale_and_negated_minimum(b);
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let fifth = |i: usize| (((qh >> i) & 1) as u8) << 4;
+    let (lo, hi) = out[..32].split_at_mut(16);
+    for (i, ((l, h), &q)) in lo.iter_mut().zip(hi).zip(&b[8..24]).enumerate() {
+        *l = d * f32::from((q & 0x0f) | fifth(i)) - dm;
+        *h = d * f32::from((q >> 4) | fifth(i + 16)) - dm;
     }
 }
 

@@ -411,6 +411,14 @@ macro_rules! by_format {
                 type $B = $crate::kernels::quant::avx2::Q5_0;
                 $body
             }
+            DType::Q4_1 => {
+                type $B = $crate::kernels::quant::avx2::Q4_1;
+                $body
+            }
+            DType::Q5_1 => {
+                type $B = $crate::kernels::quant::avx2::Q5_1;
+                $body
+            }
             DType::Q4_K => {
                 type $B = $crate::kernels::quant::avx2::Q4K;
                 $body
@@ -456,6 +464,8 @@ macro_rules! one_f16_scale {
 pub(crate) struct Q8_0;
 pub(crate) struct Q4_0;
 pub(crate) struct Q5_0;
+pub(crate) struct Q4_1;
+pub(crate) struct Q5_1;
 pub(crate) struct Q4K;
 pub(crate) struct Q5K;
 pub(crate) struct Q6K;
@@ -602,6 +612,88 @@ impl Blocks for Q5_0 {
             // four bits set, one `or`.
             let lo = q5_0_clear(b, const { qh_bytes(0, 1, 0, 1) });
             let hi = q5_0_clear(b, const { qh_bytes(2, 3, 2, 3) });
+            [
+                _mm256_or_si256(nibbles(qs, 0), lo),
+                _mm256_or_si256(nibbles(qs, 4), hi),
+            ]
+        }
+    }
+}
+
+/// `prepare` and the rest of a format whose blocks share an f16 scale `d` (byte 0) and an f16
+/// minimum `m` (byte 2): each value is `d * q + m`, computed as the K formats' `ds * q - dm`
+/// with `dm = -m` (the same IEEE operation, so the same bits as gguf-py's sum).
+macro_rules! scale_and_minimum {
+    () => {
+        /// `(d, -m)`.
+        type Shared = [f32; 2];
+        #[inline(always)]
+        fn prepare(b: &[u8]) -> [f32; 2] {
+            [half(b, 0), -half(b, 2)]
+        }
+        #[inline(always)]
+        unsafe fn prepare_table(b: &[u8], halves: &Halves) -> [f32; 2] {
+            let at = |i: usize| usize::from(u16::from_le_bytes([b[i], b[i + 1]]));
+            [halves[at(0)], -halves[at(2)]]
+        }
+        #[inline(always)]
+        unsafe fn prepare_untopped(b: &[u8], untopped: &Halves) -> [f32; 2] {
+            // Only the scale meets `q · 2^24`; the minimum is subtracted as it is.
+            [
+                untopped[usize::from(u16::from_le_bytes([b[0], b[1]]))],
+                -half(b, 2),
+            ]
+        }
+        const AFFINE: bool = true;
+        #[inline(always)]
+        fn factors(f: &[f32; 2], _g: usize) -> [(f32, f32); 2] {
+            [(f[0], f[1]); 2]
+        }
+    };
+}
+
+impl Blocks for Q4_1 {
+    const BYTES: usize = 20;
+    const GROUPS: usize = 1;
+    scale_and_minimum!();
+    #[inline(always)]
+    unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            // Byte i holds element i (low nibble) and element 16 + i (high).
+            let qs = broadcast16(&b[4..20]);
+            [nibbles(qs, 0), nibbles(qs, 4)]
+        }
+    }
+}
+
+/// For each byte `i` of a vector, `0x10` where the fifth bit of its element is set, else
+/// zero: `from[i]` names the byte of Q5_1's `qh` (block `b`'s bytes 4-7) holding that bit,
+/// bit `i % 8` of it.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q5_1_set(b: &[u8], from: [i8; 32]) -> __m256i {
+    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[4], b[5], b[6], b[7]]));
+    // SAFETY: `from` is 32 bytes (one unaligned load).
+    let from = unsafe { _mm256_loadu_si256(from.as_ptr().cast::<__m256i>()) };
+    let spread = _mm256_shuffle_epi8(qh, from);
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+impl Blocks for Q5_1 {
+    const BYTES: usize = 24;
+    const GROUPS: usize = 1;
+    scale_and_minimum!();
+    #[inline(always)]
+    unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
+        // SAFETY: the caller guarantees AVX2.
+        unsafe {
+            let qs = broadcast16(&b[8..24]);
+            // Bit i of qh is element i's 16.
+            let lo = q5_1_set(b, const { qh_bytes(0, 1, 0, 1) });
+            let hi = q5_1_set(b, const { qh_bytes(2, 3, 2, 3) });
             [
                 _mm256_or_si256(nibbles(qs, 0), lo),
                 _mm256_or_si256(nibbles(qs, 4), hi),

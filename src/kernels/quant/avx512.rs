@@ -9,7 +9,7 @@
 //!
 //! The values are the AVX2 decoders' and the scalar ones' (the same integer steps, then the same
 //! IEEE convert, multiply and, for the K formats, separate subtract). Where a group's integers
-//! take at most 32 values (Q4_0, Q5_0, Q4_K, Q5_K), those steps are done once per group on the
+//! take at most 32 values (Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K), those steps are done once per group on the
 //! values themselves, `0..16` or `0..32`, into a table of one or two vectors, and each element
 //! is looked up by a permute: the same operations on the same operands, so the same bits, and
 //! one shuffle per sixteen elements instead of a convert, a multiply and a subtract. On one
@@ -32,7 +32,7 @@ use std::arch::x86_64::{
 };
 use std::ops::Range;
 
-use super::avx2::{by_format, Blocks, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use super::avx2::{by_format, Blocks, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use super::{decode_block, for_blocks, halves, Halves};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
@@ -160,6 +160,48 @@ impl Blocks512 for Q5_0 {
             let (lo, hi) = (
                 _mm512_mul_ps(d, from_minus(16)),
                 _mm512_mul_ps(d, from_minus(0)),
+            );
+            [
+                _mm512_permutex2var_ps(lo, fifth(q[0], qh & 0xffff), hi),
+                _mm512_permutex2var_ps(lo, fifth(q[1], qh >> 16), hi),
+            ]
+        }
+    }
+}
+
+impl Blocks512 for Q4_1 {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let (ds, dm) = (_mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]));
+            // A multiply, then a subtract (never fused), as for the K formats.
+            let t = _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(0)), dm);
+            // A permute reads only an index's low four bits: the low nibbles need no mask.
+            let wide = _mm512_cvtepu8_epi32(load16(&b[4..20]));
+            [
+                _mm512_permutexvar_ps(wide, t),
+                _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(wide), t),
+            ]
+        }
+    }
+}
+
+impl Blocks512 for Q5_1 {
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let (ds, dm) = (_mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]));
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            let sixteen = _mm512_set1_epi32(16);
+            let q = nibbles32(&b[8..24]);
+            // As Q5_0: each vector's fifth bits as a mask register, the sixteen values below
+            // 16 in one table and those from 16 in the other.
+            let fifth = |q: __m512i, k: u32| _mm512_mask_or_epi32(q, k as u16, q, sixteen);
+            let (lo, hi) = (
+                _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(0)), dm),
+                _mm512_sub_ps(_mm512_mul_ps(ds, from_minus(-16)), dm),
             );
             [
                 _mm512_permutex2var_ps(lo, fifth(q[0], qh & 0xffff), hi),

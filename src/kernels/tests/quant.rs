@@ -29,7 +29,7 @@ fn blocks(dtype: DType, n_blocks: usize, rng: &mut Rng) -> Vec<u8> {
         };
         match dtype {
             DType::Q6_K => blk[208..210].copy_from_slice(&scale()),
-            DType::Q4_K | DType::Q5_K => {
+            DType::Q4_K | DType::Q5_K | DType::Q4_1 | DType::Q5_1 => {
                 blk[0..2].copy_from_slice(&scale());
                 blk[2..4].copy_from_slice(&scale());
             }

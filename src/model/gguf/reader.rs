@@ -86,7 +86,7 @@ pub enum GgufError {
         detail: String,
     },
     /// A tensor in a block format the kernels do not read.
-    #[error("{path}: tensor `{name}` is stored as {kind}, which the runner does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)")]
+    #[error("{path}: tensor `{name}` is stored as {kind}, which the runner does not read (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K)")]
     TensorType {
         /// The file.
         path: PathBuf,
@@ -119,32 +119,43 @@ impl Diagnose for GgufError {
 }
 
 /// GGML's tensor type ids: the ones the kernels read, then the names of the rest for messages.
-fn ggml_type(id: u32) -> Result<DType, &'static str> {
-    Ok(match id {
-        0 => DType::F32,
-        1 => DType::F16,
-        2 => DType::Q4_0,
-        6 => DType::Q5_0,
-        8 => DType::Q8_0,
-        12 => DType::Q4_K,
-        13 => DType::Q5_K,
-        14 => DType::Q6_K,
-        30 => DType::BF16,
-        3 => return Err("Q4_1"),
-        7 => return Err("Q5_1"),
-        9 => return Err("Q8_1"),
-        10 => return Err("Q2_K"),
-        11 => return Err("Q3_K"),
-        15 => return Err("Q8_K"),
-        16..=23 | 29 => return Err("an IQ type"),
-        24 => return Err("I8"),
-        25 => return Err("I16"),
-        26 => return Err("I32"),
-        27 => return Err("I64"),
-        28 => return Err("F64"),
-        34 | 35 => return Err("a ternary type"),
-        _ => return Err("an unknown type"),
-    })
+fn ggml_type(id: u32) -> Result<DType, String> {
+    let other = match id {
+        0 => return Ok(DType::F32),
+        1 => return Ok(DType::F16),
+        2 => return Ok(DType::Q4_0),
+        3 => return Ok(DType::Q4_1),
+        6 => return Ok(DType::Q5_0),
+        7 => return Ok(DType::Q5_1),
+        8 => return Ok(DType::Q8_0),
+        12 => return Ok(DType::Q4_K),
+        13 => return Ok(DType::Q5_K),
+        14 => return Ok(DType::Q6_K),
+        30 => return Ok(DType::BF16),
+        9 => "Q8_1",
+        10 => "Q2_K",
+        11 => "Q3_K",
+        15 => "Q8_K",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
+        24 => "I8",
+        25 => "I16",
+        26 => "I32",
+        27 => "I64",
+        28 => "F64",
+        29 => "IQ1_M",
+        34 => "TQ1_0",
+        35 => "TQ2_0",
+        39 => "MXFP4",
+        _ => return Err(format!("GGML type {id} (unknown to this runner)")),
+    };
+    Err(other.to_owned())
 }
 
 struct Cursor<'a> {
@@ -352,7 +363,7 @@ struct RawInfo {
     at: usize,
     name: String,
     dims: Vec<usize>,
-    dtype: Result<DType, &'static str>,
+    dtype: Result<DType, String>,
     offset: u64,
 }
 
@@ -415,7 +426,7 @@ fn place(
         let dtype = dtype.map_err(|kind| GgufError::TensorType {
             path: c.path.to_owned(),
             name: name.clone(),
-            kind: kind.into(),
+            kind,
         })?;
         if dims[0] % dtype.block_elems() != 0 {
             return Err(bad(
@@ -663,17 +674,25 @@ pub(crate) mod tests {
             parse(&bytes),
             Err(GgufError::Version { version: 1, .. })
         ));
-        let mut w = Writer::new();
-        w.tensor("blk.0.attn_q.weight", 3, &[32], &[0u8; 20]);
-        match parse(&w.bytes()) {
-            Err(e @ GgufError::TensorType { .. }) => {
-                let msg = e.to_string();
-                assert!(
-                    msg.contains("blk.0.attn_q.weight") && msg.contains("Q4_1"),
-                    "{msg}"
-                );
+        // A type the kernels do not read is named exactly, and an unknown one by its id.
+        for (id, kind) in [
+            (10, "Q2_K"),
+            (20, "IQ4_NL"),
+            (35, "TQ2_0"),
+            (41, "GGML type 41"),
+        ] {
+            let mut w = Writer::new();
+            w.tensor("blk.0.attn_q.weight", id, &[256], &[0u8; 256]);
+            match parse(&w.bytes()) {
+                Err(e @ GgufError::TensorType { .. }) => {
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains("blk.0.attn_q.weight") && msg.contains(kind),
+                        "{msg}"
+                    );
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
     }
 
