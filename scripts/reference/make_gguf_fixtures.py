@@ -27,7 +27,7 @@ tests/fixtures/models/tiny-gguf/{model.gguf, expected.json, expected_logits.safe
     A random-weight Gemma 3 text model written the way llama.cpp's convert_hf_to_gguf.py writes
     architecture `gemma3` (metadata keys, tokenizer.ggml.*, llama.cpp tensor names, no
     output.weight because the embedding is tied, RMSNorm weights stored as 1 + w in F32), its
-    projections spread over all nine block types, then loaded by transformers 5.24
+    projections spread over all eleven block types, then loaded by transformers 5.24
     (`Gemma3ForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32,
     attn_implementation="eager")`) and run greedily like scripts/reference/make_fixtures.py does.
 
@@ -74,9 +74,7 @@ import gguf
 import numpy as np
 
 QT = gguf.GGMLQuantizationType
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
-# blocks.gguf holds these too; the tiny model's projections keep TYPES (its file is unchanged).
-BLOCK_TYPES = TYPES + ["Q4_1", "Q5_1"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K", "Q4_1", "Q5_1"]
 REPO = Path(__file__).resolve().parents[2]
 BLOCKS_SEED = 20250301
 TINY_SEED = 30270
@@ -242,7 +240,7 @@ def encode(w: np.ndarray, type_name: str) -> np.ndarray:
         return w
     if type_name == "F16":
         return w.astype(np.float16)
-    if type_name in ("BF16", "Q8_0", "Q4_0", "Q5_0"):
+    if type_name in ("BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"):
         return gguf.quants.quantize(w, QT[type_name])
     return {"Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}[type_name](w)
 
@@ -451,7 +449,7 @@ def build_blocks(out: Path) -> None:
 
     rng = np.random.default_rng(BLOCKS_SEED)
     tensors, expected = [], {}
-    for t in BLOCK_TYPES:
+    for t in TYPES:
         raw = float_block_tensor(rng, t) if t in ("F32", "F16", "BF16") else quant_block_tensor(rng, t)
         vals = decode(raw, t)
         assert vals.shape == (3, 512) and vals.dtype == np.float32, (t, vals.shape)
@@ -510,11 +508,11 @@ NORMS = ["attn_norm", "attn_q_norm", "attn_k_norm", "post_attention_norm", "ffn_
 # (plus the embedding in Q8_0) to keep the file small
 PLAN = {
     0: ("Q4_K", "F32", "F16", "Q5_0", "Q4_0", "Q4_K", "Q6_K"),
-    1: ("Q5_K", "BF16", "Q8_0", "Q4_K", "Q5_0", "Q4_0", "Q5_K"),
+    1: ("Q5_K", "BF16", "Q8_0", "Q4_K", "Q5_0", "Q4_1", "Q5_K"),
     2: ("Q4_0", "Q6_K", "Q4_K", "Q5_K", "Q4_K", "Q5_0", "Q6_K"),
     3: ("Q5_0", "Q8_0", "Q5_K", "Q4_0", "Q5_K", "Q4_K", "Q8_0"),
     4: ("Q4_K", "Q4_0", "Q8_0", "Q6_K", "Q4_0", "Q5_K", "Q5_0"),
-    5: ("Q5_K", "Q4_K", "Q5_0", "Q4_K", "Q6_K", "Q4_0", "Q4_K"),
+    5: ("Q5_K", "Q4_K", "Q5_0", "Q5_1", "Q6_K", "Q4_0", "Q4_K"),
 }
 HF_NAMES = {
     "attn_norm": "input_layernorm.weight", "attn_q": "self_attn.q_proj.weight", "attn_k": "self_attn.k_proj.weight",
@@ -611,7 +609,7 @@ def tiny_tensor_list(seed: int) -> list[tuple[str, np.ndarray, str]]:
             continue
         ref = w[name]
         rel = float(np.sqrt(np.mean((decode(arr, t) - ref) ** 2)) / np.sqrt(np.mean(ref ** 2)))
-        if rel > {"Q4_0": 0.15, "Q4_K": 0.15, "Q5_0": 0.08, "Q5_K": 0.08, "Q6_K": 0.04}.get(t, 0.01):
+        if rel > {"Q4_0": 0.15, "Q4_1": 0.15, "Q4_K": 0.15, "Q5_0": 0.08, "Q5_1": 0.08, "Q5_K": 0.08, "Q6_K": 0.04}.get(t, 0.01):
             raise RuntimeError(f"{name} {t}: relative rms error {rel:.3g}")
     return out
 
