@@ -606,16 +606,12 @@ impl Blocks for Q5_0 {
     unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let qs = broadcast16(&b[6..22]);
             // Bit i of qh is element i's 16. Each byte takes the byte of qh that holds its bit;
             // where the bit is clear, the value is the nibble less 16: the nibble with the top
             // four bits set, one `or`.
             let lo = q5_0_clear(b, const { qh_bytes(0, 1, 0, 1) });
             let hi = q5_0_clear(b, const { qh_bytes(2, 3, 2, 3) });
-            [
-                _mm256_or_si256(nibbles(qs, 0), lo),
-                _mm256_or_si256(nibbles(qs, 4), hi),
-            ]
+            nibbles_with(&b[6..22], lo, hi)
         }
     }
 }
@@ -690,16 +686,24 @@ impl Blocks for Q5_1 {
     unsafe fn halves(b: &[u8], _g: usize) -> [__m256i; 2] {
         // SAFETY: the caller guarantees AVX2.
         unsafe {
-            let qs = broadcast16(&b[8..24]);
             // Bit i of qh is element i's 16.
             let lo = q5_1_set(b, const { qh_bytes(0, 1, 0, 1) });
             let hi = q5_1_set(b, const { qh_bytes(2, 3, 2, 3) });
-            [
-                _mm256_or_si256(nibbles(qs, 0), lo),
-                _mm256_or_si256(nibbles(qs, 4), hi),
-            ]
+            nibbles_with(&b[8..24], lo, hi)
         }
     }
+}
+
+/// [`Blocks::halves`] of a group whose nibbles are the sixteen bytes `qs` (byte `i`: element
+/// `i` low, `16 + i` high), each half `or`-ed with its fifth bits' bytes `lo` and `hi`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn nibbles_with(qs: &[u8], lo: __m256i, hi: __m256i) -> [__m256i; 2] {
+    let qs = broadcast16(qs);
+    [
+        _mm256_or_si256(nibbles(qs, 0), lo),
+        _mm256_or_si256(nibbles(qs, 4), hi),
+    ]
 }
 
 /// The nibbles `(v >> shift) & 15` of each byte of `v`.

@@ -433,6 +433,25 @@ mod tests {
         }
     }
 
+    /// A vector scan without and with its prefilter.
+    #[cfg(target_arch = "x86_64")]
+    type Scans =
+        [unsafe fn(&[i32], &Factors<'_>, XFactors, f64, usize, &mut Vec<(u32, f32)>) -> f64; 2];
+
+    /// The vector scans this CPU runs, by name.
+    #[cfg(target_arch = "x86_64")]
+    fn vector_scans() -> Vec<(&'static str, Scans)> {
+        let cpu = simd::cpu();
+        let mut out: Vec<(&'static str, Scans)> = Vec::new();
+        if cpu.has_avx2() {
+            out.push(("AVX2", [scan_avx2::<false>, scan_avx2::<true>]));
+        }
+        if cpu.has_avx512() {
+            out.push(("AVX-512", [scan_avx512::<false>, scan_avx512::<true>]));
+        }
+        out
+    }
+
     /// The f32 overestimate is never below a row's f64 upper bound, and the AVX-512 and AVX2
     /// scans keep the same rows and reach the same floor with the prefilter as without it, for floors
     /// from minus infinity to plus infinity, including floors at rows' own upper bounds (where a
@@ -503,34 +522,22 @@ mod tests {
             }
             for &floor in &floors {
                 #[cfg(target_arch = "x86_64")]
-                if simd::cpu().has_avx2() {
+                for (path, scan) in vector_scans() {
                     let (mut every, mut filtered) = (Vec::new(), Vec::new());
-                    // SAFETY: AVX2 and FMA detected; every factor holds `n` rows.
+                    // SAFETY: `vector_scans` lists only the scans this CPU runs; every factor
+                    // holds `n` rows.
                     let (b0, b1) = unsafe {
                         (
-                            scan_avx2::<false>(&dots, &f, x, floor, 7, &mut every),
-                            scan_avx2::<true>(&dots, &f, x, floor, 7, &mut filtered),
+                            scan[0](&dots, &f, x, floor, 7, &mut every),
+                            scan[1](&dots, &f, x, floor, 7, &mut filtered),
                         )
                     };
-                    assert_eq!(filtered, every, "AVX2, case {case} floor {floor}");
+                    assert_eq!(filtered, every, "{path}, case {case} floor {floor}");
                     assert_eq!(
                         b1.max(floor),
                         b0.max(floor),
-                        "AVX2, case {case} floor {floor}"
+                        "{path}, case {case} floor {floor}"
                     );
-                }
-                #[cfg(target_arch = "x86_64")]
-                if simd::cpu().has_avx512() {
-                    let (mut every, mut filtered) = (Vec::new(), Vec::new());
-                    // SAFETY: AVX-512F detected; every factor holds `n` rows.
-                    let (b0, b1) = unsafe {
-                        (
-                            scan_avx512::<false>(&dots, &f, x, floor, 7, &mut every),
-                            scan_avx512::<true>(&dots, &f, x, floor, 7, &mut filtered),
-                        )
-                    };
-                    assert_eq!(filtered, every, "case {case} floor {floor}");
-                    assert_eq!(b1.max(floor), b0.max(floor), "case {case} floor {floor}");
                 }
             }
         }
