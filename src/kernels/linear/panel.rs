@@ -64,8 +64,11 @@ const BLOCK_BYTES: usize = 512 << 10;
 /// Bytes of x up to which one panel at a time is packed (see [`panels_per_block`]).
 const X_L2_BYTES: usize = 1 << 20;
 /// The longest inner dimension at which a prefill's blocks take their panels in pairs
-/// (outside Intel; see [`tile2_avx512`]).
-const PAIRED_BLOCK_K: usize = 1024;
+/// (outside Intel; see [`tile2_avx512`]). 1152, the 1b model's hidden size, pays too: on an
+/// AMD EPYC (Zen 5, 2 threads, `kernel_bench`, seven rounds alternating, six of them this way)
+/// Q5_0 `[1024, 1152] × [6912, 1152]ᵀ` took 36.0-37.1 ms in pairs against 38.3-41.0 alone, and
+/// Q8_0 `[1024, 1152] × [1024, 1152]ᵀ` 5.65-6.45 against 5.85-6.73; at 2048 pairs were slower.
+const PAIRED_BLOCK_K: usize = 1152;
 
 /// Where each lane's subsequence of the inner dimension lies once permuted: lane `l` holds
 /// elements `l, l + 16, ...`, stored contiguously from [`Segments::start`].
@@ -208,8 +211,8 @@ fn columns<S: Rows, const WIDE: bool>(
     let passes = row_passes(&groups, m, k);
     let widest = passes.iter().map(|p| p.iter().map(|&(_, g)| g).sum()).max();
     // While x fits in L2 (a decode step) the AVX-512 tiles take two panels at a time. A
-    // prefill's blocks of panels do too outside Intel while a panel is at most 64 KiB (see
-    // `tile2_avx512` for both measurements); at k = 2048 they keep one.
+    // prefill's blocks of panels do too outside Intel while a panel is at most 72 KiB (k up
+    // to 1152; see `tile2_avx512` and `PAIRED_BLOCK_K`); at k = 2048 they keep one.
     let block = panels_per_block(widest.unwrap_or(0), k);
     let pairs = WIDE && (block == 1 || (k <= PAIRED_BLOCK_K && !simd::intel()));
     let per_block = if block == 1 && pairs { 2 } else { block };
