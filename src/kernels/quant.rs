@@ -230,7 +230,7 @@ fn q5_0(b: &[u8], out: &mut [f32]) {
 /// Q4_1's and Q5_1's `d` and `-m`: each value is `d * q - (-m)`, as the vector decoders
 /// compute it (the same bits as gguf-py's `d * q + m`, but for the sign of a NaN made from a
 /// NaN minimum).
-fn scale_and_negated_minimum(b: &[u8]) -> (f32, f32) {
+pub(super) fn scale_and_negated_minimum(b: &[u8]) -> (f32, f32) {
     (half(b, 0), -half(b, 2))
 }
 

@@ -1,7 +1,7 @@
 //! GGUF models through the whole flow: approved and run as a directory holding one `.gguf` or as
 //! the file itself, HF's greedy tokens out of `exec`, and the refusals (an ambiguous directory, a
-//! malformed file, a tokenizer whose vocabulary is not the model's) with their exit codes and
-//! nothing written.
+//! malformed file, a tensor type the kernels do not read, a tokenizer whose vocabulary is not the
+//! model's) with their exit codes and nothing written.
 
 use serde_json::Value;
 
@@ -103,6 +103,36 @@ fn a_malformed_gguf_approved_anyway_is_refused_before_anything_runs() {
             "model/model.gguf",
             "malformed GGUF header",
             "past the end of the file",
+        ],
+    );
+}
+
+#[test]
+fn a_gguf_tensor_in_a_type_the_kernels_do_not_read_is_refused_by_name() {
+    let env = Env::bare_job();
+    env.mkdir("model");
+    let mut bytes = std::fs::read(fixture_model("tiny-gguf").join("model.gguf")).unwrap();
+    // The tensor info after the name: two dims (u32 count, two u64), then the u32 type id.
+    let name = b"blk.0.attn_q.weight";
+    let at = bytes
+        .windows(name.len())
+        .position(|w| w == name)
+        .expect("the tensor's name in the header")
+        + name.len();
+    assert_eq!(bytes[at..at + 4], 2u32.to_le_bytes(), "two dims");
+    let ty = at + 4 + 16;
+    bytes[ty..ty + 4].copy_from_slice(&10u32.to_le_bytes()); // GGML's Q2_K
+    env.write("model/model.gguf", &bytes);
+    env.approve_both("cert.json", &[]);
+    env.write_inputs(&[vec![2, 5]]);
+    env.write_job(1, 4, r#"["tokens"]"#);
+    env.refused(
+        EXEC,
+        2,
+        &[
+            "model/model.gguf",
+            "tensor `blk.0.attn_q.weight` is stored as Q2_K",
+            "llama-quantize",
         ],
     );
 }

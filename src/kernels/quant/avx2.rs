@@ -5,16 +5,17 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_blend_epi32, _mm256_broadcastsd_pd,
-    _mm256_broadcastsi128_si256, _mm256_castpd_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps,
-    _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_fmadd_ps, _mm256_loadu_si256, _mm256_mul_ps,
-    _mm256_or_si256, _mm256_permute4x64_epi64, _mm256_set1_epi32, _mm256_set1_epi64x,
-    _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setr_epi8, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srlv_epi64, _mm256_storeu_ps,
-    _mm256_sub_epi8, _mm_and_si128, _mm_blend_epi32, _mm_castps_pd, _mm_cvtph_ps,
-    _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_mul_ps, _mm_or_si128, _mm_set1_epi8,
-    _mm_setr_epi32, _mm_setr_epi8, _mm_setr_ps, _mm_shuffle_epi32, _mm_shuffle_epi8,
-    _mm_srli_epi32, _mm_srli_si128, _mm_srlv_epi32,
+    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
+    _mm256_broadcastsd_pd, _mm256_broadcastsi128_si256, _mm256_castpd_ps, _mm256_cmpeq_epi8,
+    _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_fmadd_ps,
+    _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_permute4x64_epi64,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_epi8, _mm256_set1_ps, _mm256_setr_epi64x,
+    _mm256_setr_epi8, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_slli_epi16,
+    _mm256_srl_epi16, _mm256_srlv_epi64, _mm256_storeu_ps, _mm256_sub_epi8, _mm_and_si128,
+    _mm_blend_epi32, _mm_castps_pd, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+    _mm_loadu_si128, _mm_mul_ps, _mm_or_si128, _mm_set1_epi8, _mm_setr_epi32, _mm_setr_epi8,
+    _mm_setr_ps, _mm_shuffle_epi32, _mm_shuffle_epi8, _mm_srli_epi32, _mm_srli_si128,
+    _mm_srlv_epi32,
 };
 
 use super::{decode_block, for_blocks, half, k_group_factors, Halves};
@@ -560,19 +561,26 @@ impl Blocks for Q4_0 {
     }
 }
 
-/// For each byte `i` of a vector, `0xf0` where the fifth bit of its element is clear, else
-/// zero: `from[i]` names the byte of Q5_0's `qh` (block `b`'s bytes 2-5) holding that bit,
-/// bit `i % 8` of it.
+/// For each byte `i` of a vector, all ones where the fifth bit of its element is clear, else
+/// zero: `qh` is a block's four bytes of fifth bits, and `from[i]` names the one holding byte
+/// `i`'s bit, bit `i % 8` of it.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn q5_0_clear(b: &[u8], from: [i8; 32]) -> __m256i {
-    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
+fn fifth_clear(qh: &[u8], from: [i8; 32]) -> __m256i {
+    let qh = _mm256_set1_epi32(i32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]));
     // SAFETY: `from` is 32 bytes (one unaligned load).
     let from = unsafe { _mm256_loadu_si256(from.as_ptr().cast::<__m256i>()) };
     let spread = _mm256_shuffle_epi8(qh, from);
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-    let clear = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256());
-    _mm256_and_si256(clear, _mm256_set1_epi8(-16))
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256())
+}
+
+/// For each byte `i` of a vector, `0xf0` where the fifth bit of its element is clear, else
+/// zero ([`fifth_clear`] of Q5_0's `qh`, block `b`'s bytes 2-5).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q5_0_clear(b: &[u8], from: [i8; 32]) -> __m256i {
+    _mm256_and_si256(fifth_clear(&b[2..6], from), _mm256_set1_epi8(-16))
 }
 
 /// `[a; 8]`, `[b; 8]`, `[c; 8]`, `[d; 8]`: which byte of `qh` each byte of a vector reads.
@@ -625,7 +633,8 @@ macro_rules! scale_and_minimum {
         type Shared = [f32; 2];
         #[inline(always)]
         fn prepare(b: &[u8]) -> [f32; 2] {
-            [half(b, 0), -half(b, 2)]
+            let (d, dm) = super::scale_and_negated_minimum(b);
+            [d, dm]
         }
         #[inline(always)]
         unsafe fn prepare_table(b: &[u8], halves: &Halves) -> [f32; 2] {
@@ -664,18 +673,11 @@ impl Blocks for Q4_1 {
 }
 
 /// For each byte `i` of a vector, `0x10` where the fifth bit of its element is set, else
-/// zero: `from[i]` names the byte of Q5_1's `qh` (block `b`'s bytes 4-7) holding that bit,
-/// bit `i % 8` of it.
+/// zero ([`fifth_clear`] of Q5_1's `qh`, block `b`'s bytes 4-7).
 #[target_feature(enable = "avx2")]
 #[inline]
 fn q5_1_set(b: &[u8], from: [i8; 32]) -> __m256i {
-    let qh = _mm256_set1_epi32(i32::from_le_bytes([b[4], b[5], b[6], b[7]]));
-    // SAFETY: `from` is 32 bytes (one unaligned load).
-    let from = unsafe { _mm256_loadu_si256(from.as_ptr().cast::<__m256i>()) };
-    let spread = _mm256_shuffle_epi8(qh, from);
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    _mm256_andnot_si256(fifth_clear(&b[4..8], from), _mm256_set1_epi8(0x10))
 }
 
 impl Blocks for Q5_1 {
