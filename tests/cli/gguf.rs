@@ -86,16 +86,23 @@ fn a_directory_with_two_gguf_files_is_refused_as_ambiguous() {
     env.refused(EXEC, 2, &["model directory model holds 2 .gguf files"]);
 }
 
-#[test]
-fn a_malformed_gguf_approved_anyway_is_refused_before_anything_runs() {
+/// The tiny GGUF fixture's bytes after `edit`, as `model/model.gguf`, approved anyway by both
+/// owners, with one input and a job of batch 1, 4 new tokens.
+fn approved_edited_gguf(edit: impl FnOnce(&mut Vec<u8>)) -> Env {
     let env = Env::bare_job();
     env.mkdir("model");
     let mut bytes = std::fs::read(fixture_model("tiny-gguf").join("model.gguf")).unwrap();
-    bytes.truncate(bytes.len() - 1000);
+    edit(&mut bytes);
     env.write("model/model.gguf", &bytes);
     env.approve_both("cert.json", &[]);
     env.write_inputs(&[vec![2, 5]]);
     env.write_job(1, 4, r#"["tokens"]"#);
+    env
+}
+
+#[test]
+fn a_malformed_gguf_approved_anyway_is_refused_before_anything_runs() {
+    let env = approved_edited_gguf(|bytes| bytes.truncate(bytes.len() - 1000));
     env.refused(
         EXEC,
         2,
@@ -109,23 +116,18 @@ fn a_malformed_gguf_approved_anyway_is_refused_before_anything_runs() {
 
 #[test]
 fn a_gguf_tensor_in_a_type_the_kernels_do_not_read_is_refused_by_name() {
-    let env = Env::bare_job();
-    env.mkdir("model");
-    let mut bytes = std::fs::read(fixture_model("tiny-gguf").join("model.gguf")).unwrap();
-    // The tensor info after the name: two dims (u32 count, two u64), then the u32 type id.
-    let name = b"blk.0.attn_q.weight";
-    let at = bytes
-        .windows(name.len())
-        .position(|w| w == name)
-        .expect("the tensor's name in the header")
-        + name.len();
-    assert_eq!(bytes[at..at + 4], 2u32.to_le_bytes(), "two dims");
-    let ty = at + 4 + 16;
-    bytes[ty..ty + 4].copy_from_slice(&10u32.to_le_bytes()); // GGML's Q2_K
-    env.write("model/model.gguf", &bytes);
-    env.approve_both("cert.json", &[]);
-    env.write_inputs(&[vec![2, 5]]);
-    env.write_job(1, 4, r#"["tokens"]"#);
+    let env = approved_edited_gguf(|bytes| {
+        // The tensor info after the name: two dims (u32 count, two u64), then the u32 type id.
+        let name = b"blk.0.attn_q.weight";
+        let at = bytes
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("the tensor's name in the header")
+            + name.len();
+        assert_eq!(bytes[at..at + 4], 2u32.to_le_bytes(), "two dims");
+        let ty = at + 4 + 16;
+        bytes[ty..ty + 4].copy_from_slice(&10u32.to_le_bytes()); // GGML's Q2_K
+    });
     env.refused(
         EXEC,
         2,
