@@ -74,7 +74,8 @@ const BLOCKS_PER_THREAD: usize = 4;
 const ARGMAX_CHUNK: usize = 512;
 /// Rows from which [`linear_argmax`] of a single x row goes through the weight's [`Screen`]
 /// (built on first use: an 8-bit copy, half the bytes of bf16). Below it the copy would not
-/// pay for itself; Gemma 3's output head has 262144 rows.
+/// pay for itself; Gemma 3's output head has 262144 rows. A weight stored in fewer bytes than
+/// its screen would take is never screened ([`takes_screen`]).
 const SCREEN_MIN_ROWS: usize = 16384;
 /// The screen is given up for a call when more than this fraction (1 / it) of the rows are
 /// candidates: scoring them one by one would cost more than the full pass.
@@ -540,7 +541,7 @@ pub fn linear_argmax(x: &Tensor, w: &Weight) -> Result<Vec<u32>, KernelError> {
         dtype: w.dtype(),
     };
     let x = x.data();
-    if takes_screen(n) {
+    if takes_screen(w) {
         if m == 1 {
             if let Some(id) = screened_argmax(cpu, x, w.screen(), w) {
                 return Ok(vec![id]);
@@ -610,15 +611,30 @@ fn argmax_cols(
 /// screen (the 8-bit values and per-row bounds; the few candidate rows it then scores at full
 /// width are not counted), or `None` if such a call reads every row of `w` at full width.
 pub fn argmax_screen_bytes(w: &Weight) -> Option<u64> {
+    takes_screen(w).then(|| screen_bytes(w) as u64)
+}
+
+/// Whether [`linear_argmax`] over `w` goes through its screen: a weight of many rows, stored in
+/// at least the bytes its screen holds. The screen stands in for the weight in memory (the
+/// weight's own pages are handed back once it is built), so a head stored below 8 bits (the
+/// Q6_K `token_embd` llama.cpp's K presets give Gemma 3 from 4B up, or a Q5_1 one) would hold
+/// more memory screened than read whole, past the budget of file + KV cache + 100 MiB (the
+/// 270M with a Q5_1 head: 367.6 MiB against 352.0 at batch 32). Such a head is read whole
+/// each step instead, through its mapping: fewer bytes than its screen at batch 1, and from
+/// batch 8 on about 40 % slower decode on the 270M, whose head is most of a step.
+fn takes_screen(w: &Weight) -> bool {
     match *w.shape() {
-        [n, k] if takes_screen(n) => Some((n * k + n * Screen::ROW_BYTES) as u64),
-        _ => None,
+        [n, _] => n >= SCREEN_MIN_ROWS && screen_bytes(w) <= w.bytes().len(),
+        _ => false,
     }
 }
 
-/// Whether [`linear_argmax`] over `n` weight rows goes through the screen.
-fn takes_screen(n: usize) -> bool {
-    n >= SCREEN_MIN_ROWS
+/// Bytes [`Screen`] of the `[n, k]` weight `w` holds (the 8-bit values and per-row bounds).
+fn screen_bytes(w: &Weight) -> usize {
+    match *w.shape() {
+        [n, k] => n.saturating_mul(k.saturating_add(Screen::ROW_BYTES)),
+        _ => 0,
+    }
 }
 
 /// `linear_argmax` of one x row through `screen` (of the weight `w` holds): the candidate rows,

@@ -8,9 +8,11 @@
 //! resident set is the same as with the mapping, and no more than one tensor larger at any time.
 //!
 //! The embedding table stays mapped: a step reads only the rows of its tokens, and the tied
-//! output head is read through its 8-bit screen; the few full rows either needs are copied out
-//! of the file (`Weight::copy_rows`) rather than mapped. Norm vectors are too small to matter. Where the region cannot be made, the weights stay
-//! mapped; only speed differs.
+//! output head is read through its 8-bit screen where the head is stored in 8 bits or more (a
+//! head stored in fewer is read whole each step, through the mapping); the few full rows
+//! either needs are copied out of the file (`Weight::copy_rows`) rather than mapped. Norm
+//! vectors are too small to matter. Where the region cannot be made, the weights stay mapped;
+//! only speed differs.
 
 use std::sync::Arc;
 

@@ -183,3 +183,32 @@ fn a_block_weight_refuses_rows_that_are_not_whole_blocks() {
     assert_eq!(err.found, 288);
     assert!(Weight::from_values(DType::Q8_0, vec![1, 32], &[0.0; 32]).is_err());
 }
+
+/// An output head is screened only when stored in at least the bytes its 8-bit screen holds
+/// (`k + 20` a row): the screen stands in for the head in memory, and a screen of a head stored
+/// below 8 bits would hold more memory than the head (past the file + KV cache + 100 MiB
+/// budget on a real 270M file with a Q5_1 `token_embd`). Either way the ids are those of
+/// `linear`, at one x row and at several.
+#[test]
+fn only_a_head_of_at_least_eight_bits_a_weight_is_screened() {
+    let mut rng = Rng::new(41);
+    let (n, k) = (16384, 512);
+    for dtype in DType::ALL {
+        let w = if dtype.is_quantized() {
+            quantized(dtype, n, k, &mut rng)
+        } else {
+            Weight::from_values(dtype, vec![n, k], &rng.values(n * k, 1.0)).expect("shape")
+        };
+        let dense = decoded(&w);
+        for m in [1, 3] {
+            let x = tensor(&[m, k], &mut rng, 1.0);
+            let ids = linear_argmax(&x, &w).expect("shapes");
+            let best = super::super::argmax(&linear_t(&x, &dense).expect("shapes")).expect("rows");
+            assert_eq!(ids, best, "{dtype} m={m}");
+        }
+        // Q8_0 holds 34 bytes per 32 weights (544 a row here, the screen 532); every other
+        // block format fewer than 8 bits a weight.
+        let eight_bits = matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0);
+        assert_eq!(w.has_screen(), eight_bits, "{dtype}");
+    }
+}
