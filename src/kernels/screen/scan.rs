@@ -30,8 +30,9 @@ pub(super) struct Factors<'a> {
 }
 
 /// The largest of each bound factor over some rows (a NaN counted as `+inf`): with one x row's
-/// multipliers, a radius no row of them exceeds, which the AVX-512 prefilter uses for every row
-/// instead of each row's own (four loads and seven operations fewer per sixteen rows).
+/// multipliers, a radius no row of them exceeds, which the vector prefilters use for every row
+/// before each row's own (four loads and seven operations fewer per sixteen rows where it is
+/// enough).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Largest {
     pub(super) max_err: f32,
@@ -158,9 +159,9 @@ fn scan_avx2<const PREFILTER: bool>(
         __m128i, __m256i, _mm256_add_pd, _mm256_add_ps, _mm256_andnot_ps, _mm256_cmp_pd,
         _mm256_cmp_ps, _mm256_cvtepi32_pd, _mm256_cvtepi32_ps, _mm256_cvtps_pd, _mm256_fmadd_pd,
         _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd, _mm256_min_pd,
-        _mm256_movemask_pd, _mm256_movemask_ps, _mm256_mul_pd, _mm256_mul_ps, _mm256_set1_pd,
-        _mm256_set1_ps, _mm256_storeu_pd, _mm256_sub_pd, _mm_loadu_ps, _mm_loadu_si128, _CMP_GE_OQ,
-        _CMP_NLT_UQ,
+        _mm256_min_ps, _mm256_movemask_pd, _mm256_movemask_ps, _mm256_mul_pd, _mm256_mul_ps,
+        _mm256_set1_pd, _mm256_set1_ps, _mm256_storeu_pd, _mm256_sub_pd, _mm_loadu_ps,
+        _mm_loadu_si128, _CMP_GE_OQ, _CMP_NLT_UQ,
     };
     const HALF: usize = 4;
     const STEP: usize = 2 * HALF;
@@ -179,6 +180,12 @@ fn scan_avx2<const PREFILTER: bool>(
     );
     let u = UpperF32::new(x);
     let (xs32, r32) = (_mm256_set1_ps(u.scale), _mm256_set1_ps(u.radius(f.largest)));
+    let (abs32, l2_32, err32, tiny32) = (
+        _mm256_set1_ps(u.abs),
+        _mm256_set1_ps(u.l2),
+        _mm256_set1_ps(u.err_l2),
+        _mm256_set1_ps(u.tiny),
+    );
     let (slack, absolute, floor32, sign) = (
         _mm256_set1_ps(UPPER_SLACK),
         _mm256_set1_ps(UPPER_ABSOLUTE),
@@ -198,7 +205,22 @@ fn scan_avx2<const PREFILTER: bool>(
             let widen = _mm256_fmadd_ps(_mm256_add_ps(magnitude, r32), slack, absolute);
             let high = _mm256_add_ps(_mm256_add_ps(centre, r32), widen);
             // Not below the floor, or NaN: the f64 interval decides.
-            _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(high, floor32))
+            let need = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(high, floor32));
+            if need == 0 {
+                0
+            } else {
+                // Again with each row's own radius (see `scan_avx512`).
+                let load = |v: &[f32]| _mm256_loadu_ps(v.as_ptr().add(j));
+                let quantised = _mm256_min_ps(
+                    _mm256_mul_ps(abs32, load(f.max_err)),
+                    _mm256_mul_ps(l2_32, load(f.l2_err)),
+                );
+                let r = _mm256_fmadd_ps(err32, load(f.row_l2), quantised);
+                let r = _mm256_add_ps(_mm256_fmadd_ps(abs32, load(f.rounding), r), tiny32);
+                let widen = _mm256_fmadd_ps(_mm256_add_ps(magnitude, r), slack, absolute);
+                let high = _mm256_add_ps(_mm256_add_ps(centre, r), widen);
+                need & _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(high, floor32))
+            }
         };
         for h in 0..2 {
             if PREFILTER && (need >> (HALF * h)) & 0xf == 0 {
@@ -244,10 +266,12 @@ fn scan_avx2<const PREFILTER: bool>(
 /// below the floor rounded down ([`upper_f32`]): that row's exact upper bound is below the
 /// floor too, so it would not be kept and its lower bound could not raise the floor. Every
 /// other row goes through the f64 interval as before, so the kept rows are the same. The
-/// overestimate takes one radius for the whole span, from its [`Largest`] factors, rather
-/// than each row's: only the centre is per row (on Zen 5, one thread, `kernel_bench
-/// ARGMAX=1` on a random `[262144, 640]` head, the pass took 9.6 → 7.3 ms of a 128-row call
-/// and 2.6 → 1.95 of a 32-row one, the same rows kept).
+/// overestimate first takes one radius for the whole span, from its [`Largest`] factors:
+/// only the centre is per row (on Zen 5, one thread, `kernel_bench ARGMAX=1` on a random
+/// `[262144, 640]` head, the pass took 9.6 → 7.3 ms of a 128-row call and 2.6 → 1.95 of a
+/// 32-row one, the same rows kept). Real heads' rows are less alike than random ones, and a
+/// group that radius keeps is tried again with each row's own radius before the f64 interval
+/// (the real 270M file at batch 32: the head 686 → 647 ms of 31 steps on one thread).
 /// (`PREFILTER` false: every row through the f64 interval, what the tests compare with.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -263,12 +287,13 @@ fn scan_avx512<const PREFILTER: bool>(
         __m256i, __m512i, _mm256_loadu_ps, _mm256_loadu_si256, _mm512_abs_ps, _mm512_add_pd,
         _mm512_add_ps, _mm512_cmp_pd_mask, _mm512_cmp_ps_mask, _mm512_cvtepi32_pd,
         _mm512_cvtepi32_ps, _mm512_cvtps_pd, _mm512_fmadd_pd, _mm512_fmadd_ps, _mm512_loadu_ps,
-        _mm512_loadu_si512, _mm512_max_pd, _mm512_min_pd, _mm512_mul_pd, _mm512_mul_ps,
-        _mm512_reduce_max_pd, _mm512_set1_pd, _mm512_set1_ps, _mm512_storeu_pd, _mm512_sub_pd,
-        _CMP_GE_OQ, _CMP_NLT_UQ,
+        _mm512_loadu_si512, _mm512_max_pd, _mm512_min_pd, _mm512_min_ps, _mm512_mul_pd,
+        _mm512_mul_ps, _mm512_reduce_max_pd, _mm512_set1_pd, _mm512_set1_ps, _mm512_storeu_pd,
+        _mm512_sub_pd, _CMP_GE_OQ, _CMP_NLT_UQ,
     };
     const HALF: usize = 8;
     const STEP: usize = 2 * HALF;
+    const CHUNK: usize = 16 * STEP;
     let n = dots.len();
     let full = n - n % STEP;
     let (abs, l2, err, xs) = (
@@ -285,54 +310,113 @@ fn scan_avx512<const PREFILTER: bool>(
     let u = UpperF32::new(x);
     let xs32 = _mm512_set1_ps(u.scale);
     let r = _mm512_set1_ps(u.radius(f.largest));
+    let (abs32, l2_32, err32, tiny32) = (
+        _mm512_set1_ps(u.abs),
+        _mm512_set1_ps(u.l2),
+        _mm512_set1_ps(u.err_l2),
+        _mm512_set1_ps(u.tiny),
+    );
     let (slack, absolute, floor32) = (
         _mm512_set1_ps(UPPER_SLACK),
         _mm512_set1_ps(UPPER_ABSOLUTE),
         _mm512_set1_ps(down(floor)),
     );
     let mut best = _mm512_set1_pd(f64::NEG_INFINITY);
-    let mut j = 0;
-    while j < full {
-        // SAFETY: rows `j .. j + 16` are inside `dots` and every factor (the caller's bounds).
-        let need = unsafe {
-            let d = _mm512_cvtepi32_ps(_mm512_loadu_si512(dots.as_ptr().add(j).cast::<__m512i>()));
-            let scale = _mm512_loadu_ps(f.scale.as_ptr().add(j));
-            let centre = _mm512_mul_ps(d, _mm512_mul_ps(xs32, scale));
-            // `upper_f32`'s overestimate, the same operations sixteen lanes at a time.
-            let widen = _mm512_fmadd_ps(_mm512_add_ps(_mm512_abs_ps(centre), r), slack, absolute);
-            let high = _mm512_add_ps(_mm512_add_ps(centre, r), widen);
-            // Not below the floor, or NaN: the f64 interval decides.
-            _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(high, floor32)
-        };
-        for h in 0..2 {
-            if PREFILTER && (need >> (HALF * h)) & 0xff == 0 {
+    let mut at = 0;
+    while at < full {
+        let end = (at + CHUNK).min(full);
+        // The prefilter's masks for a chunk first, with no branch: which rows pass is as good
+        // as random, and a branch on each group's mask was mispredicted often enough to cost
+        // more than the arithmetic.
+        let mut masks = [u16::MAX; CHUNK / STEP];
+        let mut any = u16::MAX;
+        if PREFILTER {
+            any = 0;
+            for (mask, j) in masks.iter_mut().zip((at..end).step_by(STEP)) {
+                // SAFETY: rows `j .. j + 16` are inside `dots` and every factor (the caller's
+                // bounds).
+                *mask = unsafe {
+                    let d = _mm512_cvtepi32_ps(_mm512_loadu_si512(
+                        dots.as_ptr().add(j).cast::<__m512i>(),
+                    ));
+                    let scale = _mm512_loadu_ps(f.scale.as_ptr().add(j));
+                    let centre = _mm512_mul_ps(d, _mm512_mul_ps(xs32, scale));
+                    // `upper_f32`'s overestimate, the same operations sixteen lanes at a time.
+                    let widen =
+                        _mm512_fmadd_ps(_mm512_add_ps(_mm512_abs_ps(centre), r), slack, absolute);
+                    let high = _mm512_add_ps(_mm512_add_ps(centre, r), widen);
+                    // Not below the floor, or NaN: the f64 interval decides.
+                    _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(high, floor32)
+                };
+                any |= *mask;
+            }
+        }
+        if any == 0 {
+            at = end;
+            continue;
+        }
+        for (&need, j) in masks.iter().zip((at..end).step_by(STEP)) {
+            if need == 0 {
                 continue;
             }
-            let j = j + HALF * h;
-            // SAFETY: rows `j .. j + 8` are inside `dots` and every factor (as above).
-            unsafe {
-                let load = |v: &[f32]| _mm512_cvtps_pd(_mm256_loadu_ps(v.as_ptr().add(j)));
-                let d =
-                    _mm512_cvtepi32_pd(_mm256_loadu_si256(dots.as_ptr().add(j).cast::<__m256i>()));
-                let centre = _mm512_mul_pd(d, _mm512_mul_pd(xs, load(f.scale)));
-                let quantised = _mm512_min_pd(
-                    _mm512_mul_pd(abs, load(f.max_err)),
-                    _mm512_mul_pd(l2, load(f.l2_err)),
-                );
-                let r = _mm512_fmadd_pd(err, load(f.row_l2), quantised);
-                let r = _mm512_fmadd_pd(abs, load(f.rounding), r);
-                let radius = _mm512_mul_pd(_mm512_add_pd(r, tiny), margin);
-                let high = _mm512_add_pd(centre, radius);
-                best = _mm512_max_pd(best, _mm512_sub_pd(centre, radius));
-                let mask = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(high, fl);
-                if mask != 0 {
-                    let mut h = [0.0f64; HALF];
-                    _mm512_storeu_pd(h.as_mut_ptr(), high);
-                    keep(u32::from(mask), &h, start + j, kept);
+            // A group the span's radius keeps, again with each row's own radius in f32: on
+            // real hidden states a few rows' large factors make the span's radius loose enough
+            // to pass 6-47 % of groups (the real 270M file, batch 32), most of which their own
+            // radius then dismisses.
+            let need = if PREFILTER {
+                // SAFETY: rows `j .. j + 16` are inside `dots` and every factor (as above).
+                need & unsafe {
+                    let load = |v: &[f32]| _mm512_loadu_ps(v.as_ptr().add(j));
+                    let d = _mm512_cvtepi32_ps(_mm512_loadu_si512(
+                        dots.as_ptr().add(j).cast::<__m512i>(),
+                    ));
+                    let centre = _mm512_mul_ps(d, _mm512_mul_ps(xs32, load(f.scale)));
+                    // `upper_f32_row`'s overestimate, sixteen lanes at a time.
+                    let quantised = _mm512_min_ps(
+                        _mm512_mul_ps(abs32, load(f.max_err)),
+                        _mm512_mul_ps(l2_32, load(f.l2_err)),
+                    );
+                    let r = _mm512_fmadd_ps(err32, load(f.row_l2), quantised);
+                    let r = _mm512_add_ps(_mm512_fmadd_ps(abs32, load(f.rounding), r), tiny32);
+                    let widen =
+                        _mm512_fmadd_ps(_mm512_add_ps(_mm512_abs_ps(centre), r), slack, absolute);
+                    let high = _mm512_add_ps(_mm512_add_ps(centre, r), widen);
+                    _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(high, floor32)
+                }
+            } else {
+                need
+            };
+            for h in 0..2 {
+                if (need >> (HALF * h)) & 0xff == 0 {
+                    continue;
+                }
+                let j = j + HALF * h;
+                // SAFETY: rows `j .. j + 8` are inside `dots` and every factor (as above).
+                unsafe {
+                    let load = |v: &[f32]| _mm512_cvtps_pd(_mm256_loadu_ps(v.as_ptr().add(j)));
+                    let d = _mm512_cvtepi32_pd(_mm256_loadu_si256(
+                        dots.as_ptr().add(j).cast::<__m256i>(),
+                    ));
+                    let centre = _mm512_mul_pd(d, _mm512_mul_pd(xs, load(f.scale)));
+                    let quantised = _mm512_min_pd(
+                        _mm512_mul_pd(abs, load(f.max_err)),
+                        _mm512_mul_pd(l2, load(f.l2_err)),
+                    );
+                    let r = _mm512_fmadd_pd(err, load(f.row_l2), quantised);
+                    let r = _mm512_fmadd_pd(abs, load(f.rounding), r);
+                    let radius = _mm512_mul_pd(_mm512_add_pd(r, tiny), margin);
+                    let high = _mm512_add_pd(centre, radius);
+                    best = _mm512_max_pd(best, _mm512_sub_pd(centre, radius));
+                    let mask = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(high, fl);
+                    if mask != 0 {
+                        let mut h = [0.0f64; HALF];
+                        _mm512_storeu_pd(h.as_mut_ptr(), high);
+                        keep(u32::from(mask), &h, start + j, kept);
+                    }
                 }
             }
         }
-        j += STEP;
+        at = end;
     }
     let tail = scan_rows(full..n, dots, f, x, floor, start, kept);
     tail.max(_mm512_reduce_max_pd(best))
@@ -376,8 +460,24 @@ impl UpperF32 {
 /// factors as `scan_avx512` takes them: `+inf` or NaN where a factor is infinite.
 #[cfg(test)]
 fn upper_f32(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
+    upper_f32_with(dots, f, u, j, u.radius(f.largest))
+}
+
+/// The same with row `j`'s own factors: the AVX-512 scan's second prefilter.
+#[cfg(test)]
+fn upper_f32_row(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
+    let own = Largest {
+        max_err: f.max_err[j],
+        l2_err: f.l2_err[j],
+        rounding: f.rounding[j],
+        row_l2: f.row_l2[j],
+    };
+    upper_f32_with(dots, f, u, j, u.radius(own))
+}
+
+#[cfg(test)]
+fn upper_f32_with(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize, r: f32) -> f32 {
     let centre = dots[j] as f32 * (u.scale * f.scale[j]);
-    let r = u.radius(f.largest);
     let widen = (centre.abs() + r).mul_add(UPPER_SLACK, UPPER_ABSOLUTE);
     (centre + r) + widen
 }
@@ -509,16 +609,20 @@ mod tests {
                     + x.abs * f64::from(f.rounding[j])
                     + x.tiny)
                     * MARGIN;
-                let upper = upper_f32(&dots, &f, &u, j);
                 // Where the f64 bound is NaN (an infinite x multiplier times a zero factor),
                 // the span's largest factor may give +inf instead: never a dismissal either.
                 let exact = centre + radius;
-                assert!(
-                    upper.is_nan()
-                        || f64::from(upper) >= exact
-                        || exact.is_nan() && upper == f32::INFINITY,
-                    "case {case} row {j}: f32 {upper} below f64 {exact}"
-                );
+                for (which, upper) in [
+                    ("span", upper_f32(&dots, &f, &u, j)),
+                    ("row", upper_f32_row(&dots, &f, &u, j)),
+                ] {
+                    assert!(
+                        upper.is_nan()
+                            || f64::from(upper) >= exact
+                            || exact.is_nan() && upper == f32::INFINITY,
+                        "case {case} row {j}: f32 {upper} ({which} radius) below f64 {exact}"
+                    );
+                }
             }
             for &floor in &floors {
                 #[cfg(target_arch = "x86_64")]
