@@ -463,7 +463,7 @@ fn upper_f32(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
     upper_f32_with(dots, f, u, j, u.radius(f.largest))
 }
 
-/// The same with row `j`'s own factors: the AVX-512 scan's second prefilter.
+/// The same with row `j`'s own factors: the vector scans' second prefilter.
 #[cfg(test)]
 fn upper_f32_row(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
     let own = Largest {
