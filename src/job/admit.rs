@@ -411,9 +411,10 @@ pub enum Refusal {
         /// Its text in the tokenizer.
         got: String,
     },
-    /// The tokenizer's vocabulary is not the size of the model's: its ids would name other
-    /// tokens than the model was trained on, and text would come out as garbage.
-    #[error("tokenizer {} has {tokenizer_size} tokens but model {} has a vocabulary of {model_size}: they were not made for each other", tokenizer.display(), model.display())]
+    /// The tokenizer has more tokens than the model has rows: it was made for another model,
+    /// whose ids name other tokens, and text would come out as garbage. (Fewer is allowed: Gemma
+    /// 3 4B, 12B and 27B pad the tokenizer's 262144 tokens to 262208 embedding rows.)
+    #[error("tokenizer {} has {tokenizer_size} tokens but model {} has a vocabulary of only {model_size}: they were not made for each other", tokenizer.display(), model.display())]
     VocabularySize {
         /// The tokenizer file.
         tokenizer: PathBuf,
@@ -995,9 +996,10 @@ fn checked_tokenizer(model: &ApprovedModel) -> Result<(Tokenizer, Digest), Refus
         }
     }
     // A GGUF model's own vocabulary is compared token by token above; a safetensors
-    // checkpoint has only its size to compare.
+    // checkpoint has only its size to compare. A model may have more rows than the tokenizer
+    // has tokens (Gemma 3 4B, 12B and 27B pad the 262144 to 262208), never fewer.
     let model_size = model.checkpoint.config.vocab_size;
-    if tokenizer.base_vocab_size() != model_size {
+    if tokenizer.base_vocab_size() > model_size {
         return Err(Refusal::VocabularySize {
             tokenizer: path.clone(),
             model: job.model.clone(),

@@ -122,18 +122,27 @@ impl Tokenizer {
         Ok(Tokenizer { inner })
     }
 
-    /// The first token id (below `vocabulary.len()`) whose text differs between this tokenizer
-    /// and `vocabulary` (a GGUF file's `tokenizer.ggml.tokens`), with both texts, or `None`
-    /// when they agree. llama.cpp's converter writes the whitespace-run tokens with spaces where
+    /// The first token id whose text differs between this tokenizer and `vocabulary` (a GGUF
+    /// file's `tokenizer.ggml.tokens`), with both texts, or `None` when they agree on every id
+    /// both have. llama.cpp's converter writes the whitespace-run tokens with spaces where
     /// `tokenizer.json` has SentencePiece's `▁`, so the two are compared with `▁` read as a
-    /// space. Ids past the model's vocabulary (the tokenizer may have more) are not compared.
+    /// space. Ids past the model's vocabulary (the tokenizer may have more) are not compared,
+    /// and neither are ids past the tokenizer's: Gemma 3 4B, 12B and 27B pad their 262144
+    /// tokens and `<image_soft_token>` to 262208 embedding rows, which llama.cpp lists as
+    /// `[PAD…]` tokens; no prompt encodes to them, and a generated one decodes to no text.
     pub fn vocabulary_mismatch(&self, vocabulary: &Strings) -> Option<(u32, String, String)> {
         let same = |a: &str, b: &str| a.replace('\u{2581}', " ") == b.replace('\u{2581}', " ");
+        let base = self.base_vocab_size();
         vocabulary.iter().enumerate().find_map(|(id, want)| {
-            let id = u32::try_from(id).ok()?;
-            match self.inner.id_to_token(id) {
+            let id32 = u32::try_from(id).ok()?;
+            match self.inner.id_to_token(id32) {
                 Some(got) if same(&got, want) => None,
-                got => Some((id, want.to_owned(), got.unwrap_or_else(|| "(none)".into()))),
+                None if id >= base => None,
+                got => Some((
+                    id32,
+                    want.to_owned(),
+                    got.unwrap_or_else(|| "(none)".into()),
+                )),
             }
         })
     }
@@ -183,6 +192,11 @@ impl Tokenizer {
         self.inner
             .decode(ids, true)
             .map_err(|e| TokenizerError::Codec(e.to_string()))
+    }
+
+    /// The text of token `id` as `tokenizer.json` spells it, if the tokenizer has that id.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
     }
 
     /// Number of tokens in the vocabulary proper, without tokens added on top of it (what a

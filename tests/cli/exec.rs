@@ -875,6 +875,63 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
 }
 
 #[test]
+fn a_model_with_more_rows_than_the_tokenizer_has_tokens_runs_text_prompts() {
+    // Gemma 3 4B, 12B and 27B have 262208 embedding rows for the tokenizer's 262144 tokens
+    // (and `<image_soft_token>`): text jobs on them run, and the answers decode.
+    let cached = cached_tokenizer();
+    let env = Env::bare_job();
+    SyntheticSpec {
+        vocab_size: 262_208,
+        ..SyntheticSpec::tiny()
+    }
+    .write(&env.path("model"), 11)
+    .unwrap();
+    env.approve_both("cert.json", &[]);
+    env.write(
+        "inputs.jsonl",
+        "{\"id\":\"plain\",\"prompt\":\"Hello, my dog is cute\"}\n",
+    );
+    env.write_job(1, 6, r#"["text", "tokens"]"#);
+    env.ok(EXEC);
+    let tokenizer = Tokenizer::load(&cached).unwrap();
+    let lines = env.outputs();
+    assert_eq!(lines.len(), 1);
+    let tokens = ids(&lines[0]["tokens"]);
+    assert!(!tokens.is_empty() && tokens.len() <= 6, "{}", lines[0]);
+    assert!(tokens.iter().all(|&t| t < 262_208), "{}", lines[0]);
+    assert_eq!(
+        lines[0]["text"].as_str().expect("a text field"),
+        tokenizer.decode(&tokens).unwrap()
+    );
+}
+
+#[test]
+fn a_tokenizer_with_more_tokens_than_the_model_has_rows_is_refused() {
+    // Ids past the model's rows, and the rest naming other tokens than the model's: refused
+    // before anything runs, with nothing written.
+    cached_tokenizer();
+    let env = Env::bare_job();
+    SyntheticSpec {
+        vocab_size: 262_000,
+        ..SyntheticSpec::tiny()
+    }
+    .write(&env.path("model"), 11)
+    .unwrap();
+    env.approve_both("cert.json", &[]);
+    env.write("inputs.jsonl", "{\"id\":\"q\",\"prompt\":\"Hello\"}\n");
+    env.write_job(1, 4, r#"["text", "tokens"]"#);
+    env.refused(
+        EXEC,
+        3,
+        &[
+            "has 262144 tokens but model",
+            "has a vocabulary of only 262000: they were not made for each other",
+            "scripts/fetch_tokenizer.sh",
+        ],
+    );
+}
+
+#[test]
 fn exec_refuses_an_engine_that_skips_layers_of_the_checkpoint() {
     // The owners approved the six-layer unrolled engine with an eight-layer model: it would
     // run, skip layers 6 and 7, and sign wrong tokens. The runner refuses after the first step.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use runner::job::generate::{Generator, Settings};
 use runner::kernels::{self, linear_on, linear_t, with_instruction_set, DType, Tensor, Weight};
-use runner::model::gguf::Gguf;
+use runner::model::gguf::{Gguf, Strings};
 use runner::model::tokenizer::{cached_tokenizer_path, Tokenizer};
 use runner::model::weights::Checkpoint;
 use runner::restrict::check;
@@ -182,5 +182,37 @@ fn the_real_270m_reproduces_hf_greedy_tokens_alone_and_in_a_left_padded_batch() 
             want.extend(tok.encode_plain(p["text"].as_str().unwrap()).unwrap());
             assert_eq!(ids(&p["ids"]), want);
         }
+    }
+}
+
+/// A GGUF of Gemma 3 4B and up lists 262208 tokens: the official tokenizer's 262144 and
+/// `<image_soft_token>`, then llama.cpp's `[PAD…]` rows. They agree with the tokenizer on every
+/// id it has; a token that differs there is named.
+#[test]
+fn a_vocabulary_padded_past_the_tokenizer_agrees_with_it() {
+    let tok = Tokenizer::load(&crate::common::repo::cached_tokenizer()).unwrap();
+    let vocabulary = |change: Option<u32>| {
+        let mut v = Strings::with_capacity(262_208);
+        for id in 0..262_208u32 {
+            let text = match tok.id_to_token(id) {
+                _ if Some(id) == change => "something else".to_owned(),
+                Some(t) => t,
+                None => format!("[PAD{id}]"),
+            };
+            v.push(&text);
+        }
+        v
+    };
+    assert_eq!(tok.vocabulary_mismatch(&vocabulary(None)), None);
+    // A padding row the model generates (it has weights, so greedy decoding may pick one)
+    // decodes to no text rather than failing the job's answer.
+    assert_eq!(
+        tok.decode(&[9259, 262_150, 236764]).unwrap(),
+        tok.decode(&[9259, 236764]).unwrap()
+    );
+    for id in [5, 262_143, 262_144] {
+        let (at, want, got) = tok.vocabulary_mismatch(&vocabulary(Some(id))).unwrap();
+        assert_eq!((at, want.as_str()), (id, "something else"));
+        assert_eq!(Some(got), tok.id_to_token(id));
     }
 }
