@@ -6,10 +6,13 @@ runner's GGUF loader on real weights).
     scripts/fetch_tokenizer.sh        # ~/.cache/runner/gemma3/tokenizer.json
     .venv-reference/bin/python scripts/reference/gguf_parity.py [--model PATH] [--tokenizer PATH]
         [--out tests/fixtures/gguf/gemma3-270m-q4_k_m.expected.json] [--max-new-tokens 48]
+        [--any-model --out PATH]      # another GGUF (its sha256 not pinned)
 
 The model is loaded as `Gemma3ForCausalLM.from_pretrained(dirname, gguf_file=basename,
 dtype=torch.float32, attn_implementation="eager")`: transformers 5.24 dequantizes every tensor with
-gguf-py (numpy f32) and subtracts 1 from the RMSNorm weights (llama.cpp stores 1 + w). Prompts are
+gguf-py (numpy f32) and subtracts 1 from the RMSNorm weights (llama.cpp stores 1 + w). It drops the
+file's `gemma3.rope.scaling.*` (linear 8 in 4B-27B files), which is put back after loading
+(`make_gguf_fixtures.restore_rope_scaling`; the 270M has none). Prompts are
 text, tokenized with the official tokenizer.json by the `tokenizers` package without special tokens,
 then bos (2) prepended. Each prompt runs alone (batch of 1) and all together as one left-padded batch
 (pad 0, attention mask, positions cumsum(mask) - 1 with pads at 0), greedy, eos stopping off, in f32.
@@ -117,7 +120,13 @@ def main() -> int:
     ap.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--any-model", action="store_true",
+                    help="run on a GGUF other than the pinned 270M file (another quantization, a "
+                         "random-weight checkpoint of another shape); needs --out")
     args = ap.parse_args()
+    if args.any_model and args.out == DEFAULT_OUT:
+        sys.exit("gguf_parity.py: --any-model writes another file's reference: give --out (the "
+                 "default is the committed fixture of the pinned 270M file)")
     if not args.model.is_file():
         sys.exit(f"gguf_parity.py: model file {args.model} not found; run scripts/fetch_model.sh gemma3-270m "
                  f"(it prints the path) or pass --model")
@@ -130,7 +139,7 @@ def main() -> int:
     from tokenizers import Tokenizer
 
     model_sha = mg.sha256(args.model)
-    if model_sha != MODEL_SHA256:
+    if model_sha != MODEL_SHA256 and not args.any_model:
         sys.exit(f"gguf_parity.py: {args.model} has sha256 {model_sha}, expected {MODEL_SHA256} "
                  f"(the Q4_K_M file scripts/fetch_model.sh gemma3-270m fetches)")
     tok = Tokenizer.from_file(str(args.tokenizer))

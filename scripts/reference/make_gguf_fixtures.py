@@ -692,7 +692,35 @@ def load_hf_gguf(path: Path):
     gc.top_k = None
     if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
         raise RuntimeError("lm_head is not tied to embed_tokens")
+    restore_rope_scaling(model, path)
     return model
+
+
+def restore_rope_scaling(model, path: Path) -> None:
+    """Put back the global layers' rope scaling the file declares (`gemma3.rope.scaling.type` and
+    `.factor`, linear 8 in Gemma 3 4B, 12B and 27B files), which transformers 5.24's GGUF loader
+    drops: it reads only `gemma3.rope.freq_base`, so HF would run those layers unscaled while the
+    file, llama.cpp and the runner scale them. A no-op for files without the keys (270M, 1B and
+    the fixtures)."""
+    import gguf
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    fields = gguf.GGUFReader(str(path)).fields
+    kind = fields.get("gemma3.rope.scaling.type")
+    if kind is None:
+        return
+    kind = kind.contents()
+    if kind != "linear":
+        raise RuntimeError(f"{path.name}: rope scaling {kind!r}; only linear is Gemma 3's")
+    factor = float(fields["gemma3.rope.scaling.factor"].contents())
+    full = dict(model.config.rope_parameters["full_attention"])
+    if full.get("rope_type") == "linear" and float(full.get("factor", 0.0)) == factor:
+        return  # a transformers that reads the keys itself
+    full.update({"rope_type": "linear", "factor": factor})
+    model.config.rope_parameters["full_attention"] = full
+    model.model.rotary_emb = Gemma3RotaryEmbedding(model.config)
+    log(f"{path.name}: restored the global layers' rope scaling (linear, factor {factor}), which "
+        f"transformers' GGUF loader drops")
 
 
 def hf_model_summary(model) -> dict:
