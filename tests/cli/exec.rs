@@ -878,22 +878,14 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
 fn a_model_with_more_rows_than_the_tokenizer_has_tokens_runs_text_prompts() {
     // Gemma 3 4B, 12B and 27B have 262208 embedding rows for the tokenizer's 262144 tokens
     // (and `<image_soft_token>`): text jobs on them run, and the answers decode.
-    let cached = cached_tokenizer();
-    let env = Env::bare_job();
-    SyntheticSpec {
-        vocab_size: 262_208,
-        ..SyntheticSpec::tiny()
-    }
-    .write(&env.path("model"), 11)
-    .unwrap();
-    env.approve_both("cert.json", &[]);
+    let env = Env::text_job_with_rows(262_208);
     env.write(
         "inputs.jsonl",
         "{\"id\":\"plain\",\"prompt\":\"Hello, my dog is cute\"}\n",
     );
     env.write_job(1, 6, r#"["text", "tokens"]"#);
     env.ok(EXEC);
-    let tokenizer = Tokenizer::load(&cached).unwrap();
+    let tokenizer = Tokenizer::load(&cached_tokenizer()).unwrap();
     let lines = env.outputs();
     assert_eq!(lines.len(), 1);
     let tokens = ids(&lines[0]["tokens"]);
@@ -909,15 +901,7 @@ fn a_model_with_more_rows_than_the_tokenizer_has_tokens_runs_text_prompts() {
 fn a_tokenizer_with_more_tokens_than_the_model_has_rows_is_refused() {
     // Ids past the model's rows, and the rest naming other tokens than the model's: refused
     // before anything runs, with nothing written.
-    cached_tokenizer();
-    let env = Env::bare_job();
-    SyntheticSpec {
-        vocab_size: 262_000,
-        ..SyntheticSpec::tiny()
-    }
-    .write(&env.path("model"), 11)
-    .unwrap();
-    env.approve_both("cert.json", &[]);
+    let env = Env::text_job_with_rows(262_000);
     env.write("inputs.jsonl", "{\"id\":\"q\",\"prompt\":\"Hello\"}\n");
     env.write_job(1, 4, r#"["text", "tokens"]"#);
     env.refused(

@@ -6,11 +6,10 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use runner::model::synthetic::SyntheticSpec;
 use runner::primitives::digest::Digest;
 use serde_json::Value;
 
-use crate::common::repo::{cached_tokenizer, root};
+use crate::common::repo::root;
 use crate::common::{job_toml, Env, EXEC};
 
 /// A string planted in every place private data can be; it must come out only where outputs go.
@@ -118,16 +117,8 @@ fn leaks(env: &Env) -> Vec<String> {
 
 #[test]
 fn no_canary_reaches_any_message_log_receipt_or_file() {
-    cached_tokenizer();
     // A model with the tokenizer's vocabulary, so text prompts run.
-    let env = Env::bare_job();
-    SyntheticSpec {
-        vocab_size: 262_144,
-        ..SyntheticSpec::tiny()
-    }
-    .write(&env.path("model"), 7)
-    .unwrap();
-    env.approve_both("cert.json", &[]);
+    let env = Env::text_job();
     let mut seen = String::new();
     let job = |env: &Env, outputs: &str| {
         env.write("job.toml", job_toml(2, 4, outputs));

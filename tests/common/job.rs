@@ -79,6 +79,21 @@ impl Env {
         env
     }
 
+    /// [`Env::text_job`] with a model of `vocab_size` embedding rows instead of the tokenizer's
+    /// 262144.
+    pub fn text_job_with_rows(vocab_size: usize) -> Env {
+        cached_tokenizer();
+        let env = Env::bare_job();
+        runner::model::synthetic::SyntheticSpec {
+            vocab_size,
+            ..runner::model::synthetic::SyntheticSpec::tiny()
+        }
+        .write(&env.path("model"), 11)
+        .unwrap();
+        env.approve_both("cert.json", &[]);
+        env
+    }
+
     /// `model/`: the random-weight model of [`Env::text_job`], not yet approved.
     pub fn write_text_model(&self) {
         cached_tokenizer();
