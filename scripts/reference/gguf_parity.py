@@ -12,7 +12,7 @@ The model is loaded as `Gemma3ForCausalLM.from_pretrained(dirname, gguf_file=bas
 dtype=torch.float32, attn_implementation="eager")`: transformers 5.24 dequantizes every tensor with
 gguf-py (numpy f32) and subtracts 1 from the RMSNorm weights (llama.cpp stores 1 + w). It drops the
 file's `gemma3.rope.scaling.*` (linear 8 in 4B-27B files), which is put back after loading
-(`make_gguf_fixtures.restore_rope_scaling`; the 270M has none). Prompts are
+(`make_gguf_fixtures.restore_gemma3_config`, with the 27B's `query_pre_attn_scalar` of 168; the 270M has neither). Prompts are
 text, tokenized with the official tokenizer.json by the `tokenizers` package without special tokens,
 then bos (2) prepended. Each prompt runs alone (batch of 1) and all together as one left-padded batch
 (pad 0, attention mask, positions cumsum(mask) - 1 with pads at 0), greedy, eos stopping off, in f32.

@@ -692,35 +692,61 @@ def load_hf_gguf(path: Path):
     gc.top_k = None
     if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
         raise RuntimeError("lm_head is not tied to embed_tokens")
-    restore_rope_scaling(model, path)
+    restore_gemma3_config(model, path)
     return model
 
 
-def restore_rope_scaling(model, path: Path) -> None:
-    """Put back the global layers' rope scaling the file declares (`gemma3.rope.scaling.type` and
-    `.factor`, linear 8 in Gemma 3 4B, 12B and 27B files), which transformers 5.24's GGUF loader
-    drops: it reads only `gemma3.rope.freq_base`, so HF would run those layers unscaled while the
-    file, llama.cpp and the runner scale them. A no-op for files without the keys (270M, 1B and
-    the fixtures)."""
+def restore_gemma3_config(model, path: Path) -> None:
+    """Put back what transformers 5.24's GGUF loader drops from a Gemma 3 file, as the runner and
+    llama.cpp read it, so that HF's reference is the file's model:
+    - the global layers' rope scaling (`gemma3.rope.scaling.type` and `.factor`: linear 8 in 4B,
+      12B and 27B files; the loader reads only `gemma3.rope.freq_base`);
+    - `query_pre_attn_scalar`, which GGUF does not store: `hidden / heads` (168) for the 62-layer
+      27B shape, else the key length (llama.cpp's rule; the loader keeps HF's default 256).
+    A file with a key this cannot represent (a local rope base or a layer pattern of its own) is
+    refused rather than given a wrong reference. A no-op for the 270M, 1B and the fixtures."""
     import gguf
     from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
 
     fields = gguf.GGUFReader(str(path)).fields
-    kind = fields.get("gemma3.rope.scaling.type")
-    if kind is None:
-        return
-    kind = kind.contents()
-    if kind != "linear":
-        raise RuntimeError(f"{path.name}: rope scaling {kind!r}; only linear is Gemma 3's")
-    factor = float(fields["gemma3.rope.scaling.factor"].contents())
-    full = dict(model.config.rope_parameters["full_attention"])
-    if full.get("rope_type") == "linear" and float(full.get("factor", 0.0)) == factor:
-        return  # a transformers that reads the keys itself
-    full.update({"rope_type": "linear", "factor": factor})
-    model.config.rope_parameters["full_attention"] = full
-    model.model.rotary_emb = Gemma3RotaryEmbedding(model.config)
-    log(f"{path.name}: restored the global layers' rope scaling (linear, factor {factor}), which "
-        f"transformers' GGUF loader drops")
+
+    def value(key):
+        f = fields.get(f"gemma3.{key}")
+        return None if f is None else f.contents()
+
+    cfg = model.config
+    # Keys the loader also drops, checked against what HF runs instead of applied.
+    local_base = value("rope.freq_base_swa")
+    if local_base is not None and float(local_base) != float(cfg.rope_parameters["sliding_attention"]["rope_theta"]):
+        raise RuntimeError(f"{path.name}: gemma3.rope.freq_base_swa = {local_base}; this reference does not apply it")
+    pattern = value("attention.sliding_window_pattern")
+    if pattern is not None:
+        if isinstance(pattern, list):
+            kinds = ["sliding_attention" if p else "full_attention" for p in pattern]
+        else:
+            kinds = ["full_attention" if (i + 1) % int(pattern) == 0 else "sliding_attention"
+                     for i in range(cfg.num_hidden_layers)]
+        if kinds != list(cfg.layer_types):
+            raise RuntimeError(f"{path.name}: gemma3.attention.sliding_window_pattern gives layers "
+                               f"{kinds}, HF runs {cfg.layer_types}; this reference does not apply it")
+    kind = value("rope.scaling.type")
+    if kind is not None:
+        if kind != "linear":
+            raise RuntimeError(f"{path.name}: rope scaling {kind!r}; only linear is Gemma 3's")
+        factor = float(value("rope.scaling.factor"))
+        full = dict(cfg.rope_parameters["full_attention"])
+        if not (full.get("rope_type") == "linear" and float(full.get("factor", 0.0)) == factor):
+            full.update({"rope_type": "linear", "factor": factor})
+            cfg.rope_parameters["full_attention"] = full
+            model.model.rotary_emb = Gemma3RotaryEmbedding(cfg)
+            log(f"{path.name}: restored the global layers' rope scaling (linear, factor {factor})")
+    layers, hidden, heads = (value(k) for k in ("block_count", "embedding_length", "attention.head_count"))
+    scalar = hidden // heads if layers == 62 else value("attention.key_length")
+    if scalar is not None and float(cfg.query_pre_attn_scalar) != float(scalar):
+        cfg.query_pre_attn_scalar = scalar
+        for layer in model.model.layers:
+            layer.self_attn.scaling = scalar ** -0.5
+        log(f"{path.name}: query_pre_attn_scalar set to {scalar} (the loader's default was another)")
 
 
 def hf_model_summary(model) -> dict:
