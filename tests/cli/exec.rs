@@ -835,12 +835,7 @@ fn text_prompts_and_chat_messages_through_the_gemma3_tokenizer() {
     let cached = cached_tokenizer();
     let env = Env::bare_job();
     // A model with the tokenizer's vocabulary: 262144 x 64 bf16 embeddings, ~33 MB.
-    SyntheticSpec {
-        vocab_size: 262_144,
-        ..SyntheticSpec::tiny()
-    }
-    .write(&env.path("model"), 7)
-    .unwrap();
+    env.write_text_model();
     let size = fs::metadata(env.path("model/model.safetensors"))
         .unwrap()
         .len();

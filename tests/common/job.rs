@@ -82,26 +82,26 @@ impl Env {
     /// [`Env::text_job`] with a model of `vocab_size` embedding rows instead of the tokenizer's
     /// 262144.
     pub fn text_job_with_rows(vocab_size: usize) -> Env {
-        cached_tokenizer();
         let env = Env::bare_job();
-        runner::model::synthetic::SyntheticSpec {
-            vocab_size,
-            ..runner::model::synthetic::SyntheticSpec::tiny()
-        }
-        .write(&env.path("model"), 11)
-        .unwrap();
+        env.write_model_with_rows(vocab_size, 11);
         env.approve_both("cert.json", &[]);
         env
     }
 
     /// `model/`: the random-weight model of [`Env::text_job`], not yet approved.
     pub fn write_text_model(&self) {
+        self.write_model_with_rows(262_144, 7);
+    }
+
+    /// `model/`: a random-weight model of `vocab_size` embedding rows for text jobs (the
+    /// tokenizer they need must be cached).
+    fn write_model_with_rows(&self, vocab_size: usize, seed: u64) {
         cached_tokenizer();
         runner::model::synthetic::SyntheticSpec {
-            vocab_size: 262_144,
+            vocab_size,
             ..runner::model::synthetic::SyntheticSpec::tiny()
         }
-        .write(&self.path("model"), 7)
+        .write(&self.path("model"), seed)
         .unwrap();
     }
 
