@@ -241,7 +241,7 @@ fn k_group_factors_f16c(b: &[u8], unit: f32) -> [f32; 16] {
 /// a signed byte is exact too).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn q6_k_scales_f16c(b: &[u8], unit: f32) -> [f32; 16] {
+pub(super) fn q6_k_scales_f16c(b: &[u8], unit: f32) -> [f32; 16] {
     // `b` is one whole block (210 bytes), so the loads of `load16` stay inside it.
     let d = _mm256_set1_ps(half_f16c(&b[208..]) * unit);
     let s = load16(&b[192..208]);

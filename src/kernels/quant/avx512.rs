@@ -25,14 +25,19 @@
 
 use std::arch::x86_64::{
     __m128i, __m256i, __m512, __m512i, _mm256_castsi256_si128, _mm256_extracti128_si256,
-    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_cvtepu8_epi32,
-    _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_or_epi32, _mm512_mul_ps, _mm512_permutex2var_ps,
-    _mm512_permutexvar_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setr_epi32, _mm512_setzero_ps,
-    _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_sub_ps, _mm_loadu_si128,
+    _mm256_loadu_si256, _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi512_si128,
+    _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_cvtepu8_epi32, _mm512_extracti32x4_epi32,
+    _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_or_epi32, _mm512_mul_ps,
+    _mm512_permutex2var_ps, _mm512_permutexvar_ps, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setr_epi32, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
+    _mm512_sllv_epi32, _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_sub_ps,
+    _mm512_ternarylogic_epi32, _mm512_xor_si512, _mm_loadu_si128,
 };
 use std::ops::Range;
 
-use super::avx2::{by_format, Blocks, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use super::avx2::{
+    by_format, q6_k_scales_f16c, Blocks, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+};
 use super::{decode_block, for_blocks, halves, Halves};
 use crate::kernels::dtype::DType;
 use crate::kernels::simd::{self, LANES};
@@ -55,10 +60,15 @@ fn block_avx512(dtype: DType, b: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 fn store_block<B: Blocks512>(b: &[u8], out: &mut [f32]) {
-    let shared = B::prepare(b);
+    // SAFETY: this function's features are the ones `prepare512_f16c` and `run_none` need.
+    let (shared, mut run) = unsafe { (B::prepare512_f16c(b), B::run_none()) };
     for (g, dst) in out[..32 * B::GROUPS].chunks_exact_mut(32).enumerate() {
+        if g.is_multiple_of(B::RUN) {
+            // SAFETY: as below.
+            run = unsafe { B::run512(b, g / B::RUN) };
+        }
         // SAFETY: this function's features are the ones `group512` needs.
-        let v = unsafe { B::group512(b, &shared, g) };
+        let v = unsafe { B::group_in_run512(b, &run, &shared, g) };
         // SAFETY: `dst` holds exactly 32 f32s: two unaligned 16-wide stores.
         unsafe {
             _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
@@ -76,6 +86,69 @@ pub(crate) trait Blocks512: Blocks {
     unsafe fn group512(b: &[u8], shared: &Self::Shared, g: usize) -> [__m512; 2];
     /// Whether one x row meets [`WIDE_ROWS`] weight rows at a time in `gemv`.
     const WIDE: bool = true;
+    /// The shared part of block `b` as these decoders take it: [`Blocks::prepare_table`]'s,
+    /// unless a format's decode here scales its integers (Q6_K's scales come divided by 4).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[inline(always)]
+    unsafe fn prepare512(b: &[u8], halves: &Halves) -> Self::Shared {
+        // SAFETY: the caller's guarantees are `prepare_table`'s.
+        unsafe { Self::prepare_table(b, halves) }
+    }
+    /// [`Blocks512::prepare512`] from [`Blocks::prepare_f16c`] (the same values).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[inline(always)]
+    unsafe fn prepare512_f16c(b: &[u8]) -> Self::Shared {
+        // SAFETY: the caller's guarantees are `prepare_f16c`'s.
+        unsafe { Self::prepare_f16c(b) }
+    }
+    /// What a run of [`Blocks512::RUN`] consecutive groups shares, worked out once for all of
+    /// them ([`Blocks512::run512`]); nothing for the formats that decode group by group.
+    type Run: Copy;
+    /// Groups per run: a divisor of [`Blocks::GROUPS`].
+    const RUN: usize = 1;
+    /// An empty run, to start an array of them from.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    unsafe fn run_none() -> Self::Run;
+    /// The shared part of groups `RUN · j .. RUN · (j + 1)` of block `b`.
+    ///
+    /// # Safety
+    /// As [`Blocks512::group512`].
+    #[inline(always)]
+    unsafe fn run512(b: &[u8], j: usize) -> Self::Run {
+        let _ = (b, j);
+        // SAFETY: the caller's guarantees are this function's.
+        unsafe { Self::run_none() }
+    }
+    /// [`Blocks512::group512`] for group `g` of the run `run` (`g / RUN` is its index).
+    ///
+    /// # Safety
+    /// As [`Blocks512::group512`], with `run` made by [`Blocks512::run512`] from the same block.
+    #[inline(always)]
+    unsafe fn group_in_run512(
+        b: &[u8],
+        run: &Self::Run,
+        shared: &Self::Shared,
+        g: usize,
+    ) -> [__m512; 2] {
+        let _ = run;
+        // SAFETY: the caller's guarantees are `group512`'s.
+        unsafe { Self::group512(b, shared, g) }
+    }
+}
+
+/// The [`Blocks512::Run`] items of the formats that decode group by group.
+macro_rules! no_runs {
+    () => {
+        type Run = ();
+        #[inline(always)]
+        unsafe fn run_none() {}
+    };
 }
 
 /// Sixteen i32 values `q` times `d`.
@@ -116,6 +189,7 @@ fn nibbles32(qs: &[u8]) -> [__m512i; 2] {
 }
 
 impl Blocks512 for Q8_0 {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
@@ -130,6 +204,7 @@ impl Blocks512 for Q8_0 {
 }
 
 impl Blocks512 for Q4_0 {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
@@ -146,6 +221,7 @@ impl Blocks512 for Q4_0 {
 }
 
 impl Blocks512 for Q5_0 {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
@@ -170,6 +246,7 @@ impl Blocks512 for Q5_0 {
 }
 
 impl Blocks512 for Q4_1 {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
@@ -188,6 +265,7 @@ impl Blocks512 for Q4_1 {
 }
 
 impl Blocks512 for Q5_1 {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
@@ -227,6 +305,7 @@ fn widen<const SIGNED: bool>(q: __m256i) -> [__m512i; 2] {
 }
 
 impl Blocks512 for Q4K {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
@@ -260,6 +339,7 @@ impl Blocks512 for Q4K {
 }
 
 impl Blocks512 for Q5K {
+    no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F and AVX2.
@@ -279,13 +359,89 @@ impl Blocks512 for Q5K {
 impl Blocks512 for Q6K {
     const WIDE: bool = false;
     #[inline(always)]
+    unsafe fn prepare512(b: &[u8], _halves: &Halves) -> [f32; 16] {
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        unsafe { q6_k_scales_f16c(b, 0.25) }
+    }
+    #[inline(always)]
+    unsafe fn prepare512_f16c(b: &[u8]) -> [f32; 16] {
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        unsafe { q6_k_scales_f16c(b, 0.25) }
+    }
+    #[inline(always)]
     unsafe fn group512(b: &[u8], ds: &[f32; 16], c: usize) -> [__m512; 2] {
-        // SAFETY: the caller guarantees AVX-512F and AVX2.
+        // SAFETY: the caller's guarantees are these functions'.
+        unsafe { Self::group_in_run512(b, &Self::run512(b, c / 4), ds, c) }
+    }
+    /// The four groups of a half block share its 64 low-bit bytes and 32 high-bit bytes, so
+    /// their values are assembled for all four at once, by 32-bit shifts and masks (AVX-512F
+    /// has no byte instructions): nine operations for 128 values, where a group at a time took
+    /// about seven for 32. Each value `q` (stored plus 32) goes into its byte as `(q ^ 32) << 2`
+    /// (the top bit of each two-bit high field flipped once in `qh`), which as a signed byte is
+    /// `4 (q - 32)`: the widening is then the signed one, with no subtract, and the scales come
+    /// divided by 4 ([`Blocks512::prepare512`]). Both factors are exact (a 6-bit integer times
+    /// 4, an f16 times an 8-bit scale over 4, never below f32's normal range), so each product
+    /// has the bits of `(q - 32) · (d · scale)`, the other paths' value.
+    type Run = [__m512i; 2];
+    const RUN: usize = 4;
+    #[inline(always)]
+    unsafe fn run_none() -> [__m512i; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe { [_mm512_setzero_si512(); 2] }
+    }
+    #[inline(always)]
+    unsafe fn run512(b: &[u8], h: usize) -> [__m512i; 2] {
+        let (ql, qh) = (&b[64 * h..][..64], &b[128 + 32 * h..][..32]);
+        // SAFETY: `ql` holds 64 bytes and `qh` 32 (one unaligned load each); the caller
+        // guarantees AVX-512F and AVX2.
         unsafe {
-            let v = widen::<true>(Self::group_i8(b, c));
+            let ql = _mm512_loadu_si512(ql.as_ptr().cast());
+            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(qh.as_ptr().cast::<__m256i>()));
+            let qh = _mm512_xor_si512(qh, _mm512_set1_epi32(0xaaaa_aaaa_u32 as i32));
+            let (low, top) = (
+                _mm512_set1_epi32(0x3c3c_3c3c),
+                _mm512_set1_epi32(0xc0c0_c0c0_u32 as i32),
+            );
+            // Group 4h + s takes bits 2s, 2s + 1 of each `qh` byte as its bits 6 and 7: the
+            // first 32 bytes of each vector are group s = 0 or 2, the last 32 s = 1 or 3.
+            let shift =
+                |a: i32, b: i32| _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            let high01 = _mm512_sllv_epi32(qh, shift(6, 4));
+            let high23 = _mm512_sllv_epi32(qh, shift(2, 0));
+            // The nibbles as bits 2-5: the low ones of `ql` for s = 0, 1, the high for 2, 3.
+            let low01 = _mm512_and_si512(_mm512_slli_epi32::<2>(ql), low);
+            let low23 = _mm512_and_si512(_mm512_srli_epi32::<2>(ql), low);
+            // (high & 0xc0) | low.
             [
-                scaled(v[0], _mm512_set1_ps(ds[2 * c])),
-                scaled(v[1], _mm512_set1_ps(ds[2 * c + 1])),
+                _mm512_ternarylogic_epi32::<0xEA>(high01, top, low01),
+                _mm512_ternarylogic_epi32::<0xEA>(high23, top, low23),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_in_run512(
+        _b: &[u8],
+        run: &[__m512i; 2],
+        ds: &[f32; 16],
+        c: usize,
+    ) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let bytes = run[(c % 4) / 2];
+            let (first, second) = if c.is_multiple_of(2) {
+                (
+                    _mm512_castsi512_si128(bytes),
+                    _mm512_extracti32x4_epi32::<1>(bytes),
+                )
+            } else {
+                (
+                    _mm512_extracti32x4_epi32::<2>(bytes),
+                    _mm512_extracti32x4_epi32::<3>(bytes),
+                )
+            };
+            [
+                scaled(_mm512_cvtepi8_epi32(first), _mm512_set1_ps(ds[2 * c])),
+                scaled(_mm512_cvtepi8_epi32(second), _mm512_set1_ps(ds[2 * c + 1])),
             ]
         }
     }
@@ -407,8 +563,16 @@ fn dots<B: Blocks512, const R: usize>(
         // here instead, Q4_K kept its accumulators in memory and was 1.1x slower.
         // SAFETY: the callers enable AVX2, FMA and F16C.
         let shared: [B::Shared; R] =
-            std::array::from_fn(|r| unsafe { B::prepare_table(blk[r], halves) });
+            std::array::from_fn(|r| unsafe { B::prepare512(blk[r], halves) });
+        // SAFETY: a register intrinsic.
+        let mut runs: [B::Run; R] = [unsafe { B::run_none() }; R];
         for g in 0..B::GROUPS {
+            if g.is_multiple_of(B::RUN) {
+                for r in 0..R {
+                    // SAFETY: `blk[r]` is one whole block (asserted lengths above).
+                    runs[r] = unsafe { B::run512(blk[r], g / B::RUN) };
+                }
+            }
             let at = b * elems + 32 * g;
             // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
             let (x0, x1) = unsafe {
@@ -416,8 +580,9 @@ fn dots<B: Blocks512, const R: usize>(
                 (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
             };
             for r in 0..R {
-                // SAFETY: `blk[r]` is one whole block (asserted lengths above).
-                let v = unsafe { B::group512(blk[r], &shared[r], g) };
+                // SAFETY: `blk[r]` is one whole block (asserted lengths above), `runs[r]` made
+                // from it.
+                let v = unsafe { B::group_in_run512(blk[r], &runs[r], &shared[r], g) };
                 // SAFETY: register intrinsics.
                 acc[r] = unsafe { _mm512_fmadd_ps(x1, v[1], _mm512_fmadd_ps(x0, v[0], acc[r])) };
             }

@@ -176,6 +176,61 @@ fn block_rows_pack_into_panels_with_the_decoders_bits() {
     }
 }
 
+/// Q6_K's AVX-512 decode multiplies `4 (q - 32)` by the block's scales divided by 4: with an
+/// infinite, NaN, largest, smallest or zero `d` and the extreme 8-bit scales, every path still
+/// gives the scalar decoder's values (NaN where it has NaN), in `read` and in one and several
+/// x rows of `linear`.
+#[test]
+fn q6_k_keeps_its_values_for_extreme_scales_on_every_path() {
+    let mut rng = Rng::new(43);
+    let specials = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        65504.0,
+        -65504.0,
+        6.0e-8, // the smallest f16 subnormal
+        0.0,
+        -0.0,
+    ];
+    let (n, k) = (specials.len() * 2, 512);
+    let mut bytes = blocks(DType::Q6_K, n * k / 256, &mut rng);
+    for (i, blk) in bytes.chunks_exact_mut(210).enumerate() {
+        let d = specials[i % specials.len()];
+        blk[208..210].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        // The 8-bit scales at their ends, and zero.
+        for (j, sc) in blk[192..208].iter_mut().enumerate() {
+            *sc = [0x80u8, 0x7f, 0x00, 0xff][(i + j) % 4];
+        }
+    }
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let mut scalar = vec![0.0f32; n * k];
+    super::super::quant::read(DType::Q6_K, &bytes, 0, &mut scalar);
+    for isa in simd::available() {
+        let mut fast = vec![0.0f32; n * k];
+        super::super::quant::read_on(simd::limit(isa), DType::Q6_K, &bytes, 0, &mut fast);
+        for (e, (a, b)) in fast.iter().zip(&scalar).enumerate() {
+            assert!(same(*a, *b), "{isa:?} element {e}: {a} against {b}");
+        }
+    }
+    let len = bytes.len();
+    let w = Weight::new(DType::Q6_K, vec![n, k], Arc::new(bytes), 0..len).expect("whole blocks");
+    let dense = Tensor::new(vec![n, k], scalar).expect("shape");
+    for m in [1, 3, 8] {
+        let x = tensor(&[m, k], &mut rng, 1.5);
+        let want = linear_t(&x, &dense).expect("shapes");
+        for isa in simd::available() {
+            let got = linear_on(isa, &x, &w).expect("shapes");
+            for (o, (a, b)) in got.data().iter().zip(want.data()).enumerate() {
+                assert!(
+                    same(*a, *b),
+                    "{isa:?} {m} rows, output {o}: {a} against {b}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_block_weight_refuses_rows_that_are_not_whole_blocks() {
     let bytes = vec![0u8; 144 * 2];
