@@ -308,10 +308,40 @@ fn widen<const SIGNED: bool>(q: __m256i) -> [__m512i; 2] {
 }
 
 impl Blocks512 for Q4K {
-    no_runs!();
     #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
-        // SAFETY: the caller guarantees AVX-512F and AVX2.
+    unsafe fn run_none() -> [__m512i; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe { [_mm512_setzero_si512(); 2] }
+    }
+    /// Groups 2j and 2j + 1 are the low and high nibbles of the same 32 bytes. Each byte
+    /// widens to a lane as it is, once for both groups (a run of two), and a permute reads only
+    /// an index's low four bits, so the low nibbles need no mask and the high ones one shift:
+    /// no byte-wide unpacking and no narrow-to-wide extract, shuffles Zen 4's one-row decode was
+    /// bound by. Widened once for the two groups rather than once each (LLVM had moved each
+    /// group's shift before its own widening), one x row against `[10240, 2560]` took 661-677
+    /// µs against 731-741, `[640, 2048]` 31.6-32.1 against 35.3-36.6, and eight rows (the strips)
+    /// 208-216 against 218-222 (Zen 5, one thread, builds alternating, three rounds).
+    type Run = [__m512i; 2];
+    const RUN: usize = 2;
+    #[inline(always)]
+    unsafe fn run512(b: &[u8], j: usize) -> [__m512i; 2] {
+        let q = &b[16 + 32 * j..][..32];
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            [
+                _mm512_cvtepu8_epi32(load16(&q[..16])),
+                _mm512_cvtepu8_epi32(load16(&q[16..])),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_in_run512(
+        _b: &[u8],
+        run: &[__m512i; 2],
+        f: &[f32; 16],
+        g: usize,
+    ) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
             // One fused multiply-subtract, the bits of the scalar decoder's multiply then
@@ -320,21 +350,12 @@ impl Blocks512 for Q4K {
             // Q4_K `[10240, 2560]` took 738-747 µs against 771-784 (Zen 5, one thread, builds
             // alternating, three rounds).
             let t = _mm512_fmsub_ps(ds, from_minus(0), dm);
-            // Groups 2j and 2j + 1 are the low and high nibbles of the same 32 bytes. Each byte
-            // widens to a lane as it is, and a permute reads only an index's low four bits, so
-            // the low nibbles need no mask and the high ones one shift: no byte-wide unpacking
-            // and no narrow-to-wide extract, shuffles Zen 4's one-row decode was bound by.
-            let q = &b[16 + 32 * (g / 2)..][..32];
-            let wide = [
-                _mm512_cvtepu8_epi32(load16(&q[..16])),
-                _mm512_cvtepu8_epi32(load16(&q[16..])),
-            ];
             let v = if g.is_multiple_of(2) {
-                wide
+                *run
             } else {
                 [
-                    _mm512_srli_epi32::<4>(wide[0]),
-                    _mm512_srli_epi32::<4>(wide[1]),
+                    _mm512_srli_epi32::<4>(run[0]),
+                    _mm512_srli_epi32::<4>(run[1]),
                 ]
             };
             [
@@ -342,6 +363,11 @@ impl Blocks512 for Q4K {
                 _mm512_permutexvar_ps(v[1], t),
             ]
         }
+    }
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
+        // SAFETY: the caller's guarantees are these functions'.
+        unsafe { Self::group_in_run512(b, &Self::run512(b, g / 2), f, g) }
     }
 }
 
