@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
+    __m128, __m128i, __m256, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
     _mm256_broadcastsd_pd, _mm256_broadcastsi128_si256, _mm256_castpd_ps, _mm256_cmpeq_epi8,
     _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_cvtepu8_epi32, _mm256_fmadd_ps,
     _mm256_loadu_si256, _mm256_mul_ps, _mm256_or_si256, _mm256_permute4x64_epi64,
@@ -194,6 +194,28 @@ fn half_f16c(b: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 fn k_group_factors_f16c(b: &[u8], unit: f32) -> [f32; 16] {
+    let (pairs, d_dmin) = k_group_pairs(b);
+    let d_dmin = _mm_mul_ps(d_dmin, _mm_setr_ps(unit, 1.0, 1.0, 1.0));
+    let d_dmin = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(d_dmin)));
+    let mut f = [0.0f32; 16];
+    let hi = _mm_srli_si128::<8>(pairs);
+    // SAFETY: `f` holds sixteen f32s: two unaligned 8-wide stores.
+    unsafe {
+        _mm256_storeu_ps(f.as_mut_ptr(), scaled(_mm256_cvtepu8_epi32(pairs), d_dmin));
+        _mm256_storeu_ps(
+            f.as_mut_ptr().add(8),
+            scaled(_mm256_cvtepu8_epi32(hi), d_dmin),
+        );
+    }
+    f
+}
+
+/// The K formats' sixteen 6-bit fields of block `b` in pair order, `[sc 0, m 0, sc 1, m 1,
+/// ...]` as bytes, and `(d, dmin)` in the first two f32 lanes: [`k_group_factors_f16c`]'s
+/// integers, for its tail and the AVX-512 one.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn k_group_pairs(b: &[u8]) -> (__m128i, __m128) {
     // Bytes 4..16 are the fields, in 32-bit lanes: s0-3 (sc 0-3, high bits of sc 4-7),
     // s4-7 (m 0-3, high bits of m 4-7), s8-11 (low bits of sc 4-7 and m 4-7).
     let s = load16(&b[4..20]);
@@ -213,23 +235,7 @@ fn k_group_factors_f16c(b: &[u8], unit: f32) -> [f32; 16] {
         fields,
         _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15),
     );
-    // (d, dmin) in every pair of lanes.
-    let d_dmin = _mm_mul_ps(
-        _mm_cvtph_ps(load_u32(&b[..4])),
-        _mm_setr_ps(unit, 1.0, 1.0, 1.0),
-    );
-    let d_dmin = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(d_dmin)));
-    let mut f = [0.0f32; 16];
-    let hi = _mm_srli_si128::<8>(pairs);
-    // SAFETY: `f` holds sixteen f32s: two unaligned 8-wide stores.
-    unsafe {
-        _mm256_storeu_ps(f.as_mut_ptr(), scaled(_mm256_cvtepu8_epi32(pairs), d_dmin));
-        _mm256_storeu_ps(
-            f.as_mut_ptr().add(8),
-            scaled(_mm256_cvtepu8_epi32(hi), d_dmin),
-        );
-    }
-    f
+    (pairs, _mm_cvtph_ps(load_u32(&b[..4])))
 }
 
 /// [`Q6K`]'s sixteen `d * scale` in vector registers, as one function with F16C enabled: the
