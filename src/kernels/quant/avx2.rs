@@ -159,7 +159,7 @@ fn store_block<B: Blocks>(b: &[u8], out: &mut [f32]) {
 /// scalar one.
 #[target_feature(enable = "f16c")]
 #[inline]
-fn half_f16c(b: &[u8]) -> f32 {
+pub(super) fn half_f16c(b: &[u8]) -> f32 {
     let bits = u32::from(u16::from_le_bytes([b[0], b[1]]));
     // `vmovd` zeroes the rest of the register. Written with intrinsics, LLVM sees that only
     // lane 0 is used and inserts the two bytes into whatever register is at hand (`vpinsrw`),
@@ -247,7 +247,7 @@ pub(super) fn k_group_pairs(b: &[u8]) -> (__m128i, __m128) {
 /// a signed byte is exact too).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-pub(super) fn q6_k_scales_f16c(b: &[u8], unit: f32) -> [f32; 16] {
+fn q6_k_scales_f16c(b: &[u8], unit: f32) -> [f32; 16] {
     // `b` is one whole block (210 bytes), so the loads of `load16` stay inside it.
     let d = _mm256_set1_ps(half_f16c(&b[208..]) * unit);
     let s = load16(&b[192..208]);

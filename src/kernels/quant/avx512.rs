@@ -38,7 +38,7 @@ use std::arch::x86_64::{
 use std::ops::Range;
 
 use super::avx2::{
-    by_format, k_group_pairs, q6_k_scales_f16c, Blocks, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
+    by_format, half_f16c, k_group_pairs, Blocks, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
 use super::{decode_block, for_blocks, halves, Halves};
 use crate::kernels::dtype::DType;
@@ -425,17 +425,36 @@ impl Blocks512 for Q5K {
     }
 }
 
+/// Q6_K's sixteen `d · scale / 4` ([`Blocks512::prepare512`]), converted and multiplied sixteen
+/// at a time: `d / 4` is exact (an f16, never below f32's normal range), and so is each product
+/// (an f16 times an 8-bit integer). One function with its features, for the callers that
+/// prepare inside a closure.
+#[target_feature(enable = "avx512f,avx2,f16c")]
+#[inline]
+fn q6_k_quarter_scales_512(b: &[u8]) -> [f32; 16] {
+    let d = _mm512_set1_ps(half_f16c(&b[208..]) * 0.25);
+    let mut ds = [0.0f32; 16];
+    // SAFETY: `ds` holds sixteen f32s: one unaligned 16-wide store.
+    unsafe {
+        _mm512_storeu_ps(
+            ds.as_mut_ptr(),
+            scaled(_mm512_cvtepi8_epi32(load16(&b[192..208])), d),
+        );
+    }
+    ds
+}
+
 impl Blocks512 for Q6K {
     const WIDE: bool = false;
     #[inline(always)]
     unsafe fn prepare512(b: &[u8], _halves: &Halves) -> [f32; 16] {
-        // SAFETY: the caller guarantees AVX2 and F16C.
-        unsafe { q6_k_scales_f16c(b, 0.25) }
+        // SAFETY: the caller guarantees AVX-512F (the only callers), AVX2 and F16C.
+        unsafe { q6_k_quarter_scales_512(b) }
     }
     #[inline(always)]
     unsafe fn prepare512_f16c(b: &[u8]) -> [f32; 16] {
-        // SAFETY: the caller guarantees AVX2 and F16C.
-        unsafe { q6_k_scales_f16c(b, 0.25) }
+        // SAFETY: as above.
+        unsafe { q6_k_quarter_scales_512(b) }
     }
     #[inline(always)]
     unsafe fn group512(b: &[u8], ds: &[f32; 16], c: usize) -> [__m512; 2] {
