@@ -26,11 +26,11 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m128i, __m256i, __m512, __m512i, _mm256_castsi256_si128, _mm256_extracti128_si256,
-    _mm256_loadu_si256, _mm512_and_si512, _mm512_broadcast_i64x4, _mm512_castsi512_si128,
-    _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_cvtepu8_epi32, _mm512_extracti32x4_epi32,
-    _mm512_fmadd_ps, _mm512_fmsub_ps, _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_or_epi32,
-    _mm512_mul_ps, _mm512_permutex2var_ps, _mm512_permutexvar_ps, _mm512_set1_epi32,
+    __m128i, __m256i, __m512, __m512i, _mm256_loadu_si256, _mm512_and_si512,
+    _mm512_broadcast_i64x4, _mm512_castsi512_si128, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32,
+    _mm512_cvtepu8_epi32, _mm512_extracti32x4_epi32, _mm512_fmadd_ps, _mm512_fmsub_ps,
+    _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_or_epi32, _mm512_mul_ps,
+    _mm512_permutex2var_ps, _mm512_permutexvar_ps, _mm512_rolv_epi32, _mm512_set1_epi32,
     _mm512_set1_ps, _mm512_setr_epi32, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
     _mm512_sllv_epi32, _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32,
     _mm512_ternarylogic_epi32, _mm512_xor_si512, _mm_loadu_si128,
@@ -292,21 +292,6 @@ impl Blocks512 for Q5_1 {
     }
 }
 
-// The K formats do their bit work on 32 bytes at once, then widen: a widening is a shuffle,
-// and on Intel's cores shuffles share a port with 512-bit arithmetic.
-
-/// The 32 bytes of `q` (one value each) widened to two vectors of i32 lanes, signed or not.
-#[target_feature(enable = "avx512f,avx2")]
-#[inline]
-fn widen<const SIGNED: bool>(q: __m256i) -> [__m512i; 2] {
-    let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
-    if SIGNED {
-        [_mm512_cvtepi8_epi32(lo), _mm512_cvtepi8_epi32(hi)]
-    } else {
-        [_mm512_cvtepu8_epi32(lo), _mm512_cvtepu8_epi32(hi)]
-    }
-}
-
 /// [`Blocks::prepare_f16c`]'s factors of a Q4_K or Q5_K block, converted and multiplied
 /// sixteen at a time: the same integers and products as the AVX2 unpacking (the same bits), in
 /// one widening, convert, multiply and store where eight lanes took two of each and a shift.
@@ -407,21 +392,80 @@ impl Blocks512 for Q4K {
 }
 
 impl Blocks512 for Q5K {
-    no_runs!();
+    /// Four rows at a time: see [`Q5K`]'s `Run`.
+    const WIDE: bool = false;
     k_factors_512!();
+    /// Groups 2j and 2j + 1 share 32 bytes of low bits (their low and high nibbles), and every
+    /// group of the block the same 32 bytes of fifth bits (bit g for group g): both are widened
+    /// to 32-bit lanes once for the two groups, and each index is the nibble's four bits with
+    /// the fifth bit rotated into bit 4 (one rotate and one three-way select per sixteen; the
+    /// permute reads bits 0-4 only), where a group at a time took its bits apart in bytes and
+    /// widened them again. The run holds four vectors a row, so one x row meets four weight
+    /// rows at a time (eight spilled them: 1460-1509 µs). One x row against `[10240, 2560]`
+    /// took 1100-1128 µs against 1178-1195, `[640, 2048]` 54-55 against 57-60; eight and 32
+    /// rows level (Zen 5, one thread, builds alternating, three rounds).
+    type Run = [__m512i; 4];
+    const RUN: usize = 2;
     #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
-        // SAFETY: the caller guarantees AVX-512F and AVX2.
+    unsafe fn run_none() -> [__m512i; 4] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe { [_mm512_setzero_si512(); 4] }
+    }
+    #[inline(always)]
+    unsafe fn run512(b: &[u8], j: usize) -> [__m512i; 4] {
+        let (ql, qh) = (&b[48 + 32 * j..][..32], &b[16..48]);
+        // SAFETY: the caller guarantees AVX-512F.
         unsafe {
-            let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
-            let v = widen::<false>(Self::group_i8(b, g));
-            let lo = _mm512_fmsub_ps(ds, from_minus(0), dm);
-            let hi = _mm512_fmsub_ps(ds, from_minus(-16), dm);
             [
-                _mm512_permutex2var_ps(lo, v[0], hi),
-                _mm512_permutex2var_ps(lo, v[1], hi),
+                _mm512_cvtepu8_epi32(load16(&ql[..16])),
+                _mm512_cvtepu8_epi32(load16(&ql[16..])),
+                _mm512_cvtepu8_epi32(load16(&qh[..16])),
+                _mm512_cvtepu8_epi32(load16(&qh[16..])),
             ]
         }
+    }
+    #[inline(always)]
+    unsafe fn group_in_run512(
+        _b: &[u8],
+        run: &[__m512i; 4],
+        f: &[f32; 16],
+        g: usize,
+    ) -> [__m512; 2] {
+        // SAFETY: the caller guarantees AVX-512F.
+        unsafe {
+            let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
+            let lo = _mm512_fmsub_ps(ds, from_minus(0), dm);
+            let hi = _mm512_fmsub_ps(ds, from_minus(-16), dm);
+            // Written out, not as closures: a closure has none of the caller's target features,
+            // and its intrinsics could become calls.
+            let (w0, w1) = if g.is_multiple_of(2) {
+                (run[0], run[1])
+            } else {
+                (
+                    _mm512_srli_epi32::<4>(run[0]),
+                    _mm512_srli_epi32::<4>(run[1]),
+                )
+            };
+            // Bit g of each fifth-bits byte to bit 4 (a left rotate by 4 - g, modulo 32).
+            let to_bit4 = _mm512_set1_epi32((4 - g as i32).rem_euclid(32));
+            let (h0, h1) = (
+                _mm512_rolv_epi32(run[2], to_bit4),
+                _mm512_rolv_epi32(run[3], to_bit4),
+            );
+            // Bits 0-3 from the nibble, the rest from the rotated fifth bits: `c ? a : b`.
+            let low4 = _mm512_set1_epi32(0x0f);
+            let i0 = _mm512_ternarylogic_epi32::<0xE4>(w0, h0, low4);
+            let i1 = _mm512_ternarylogic_epi32::<0xE4>(w1, h1, low4);
+            [
+                _mm512_permutex2var_ps(lo, i0, hi),
+                _mm512_permutex2var_ps(lo, i1, hi),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
+        // SAFETY: the caller's guarantees are these functions'.
+        unsafe { Self::group_in_run512(b, &Self::run512(b, g / 2), f, g) }
     }
 }
 
