@@ -612,7 +612,12 @@ pub(crate) fn gemv_blocks_avx512(
     true
 }
 
+// Each format's loop compiled on its own, not inlined into the dispatch: as the K formats' decode
+// grew this session, Q8_0's one-row loop (whose code did not change) drifted 4-8 % slower inlined
+// with the others, 630-649 -> 671-699 µs against `[10240, 2560]`, and back to 626-648 apart
+// (Zen 5, one thread, builds alternating, three rounds).
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline(never)]
 fn rows<B: Blocks512>(x: &[f32], bytes: &[u8], k: usize, cols: Range<usize>, out: &mut [f32]) {
     let elems = 32 * B::GROUPS;
     assert_eq!(out.len(), cols.len(), "gemv output length");
