@@ -20,6 +20,7 @@ const PER_VECTOR: &[&str] = &[
     "load_u32",
     "nibbles",
     "nibbles32",
+    "pair_nibbles",
     "paired_nibbles",
     "paired_tops",
     "q5_0_clear",
@@ -29,6 +30,7 @@ const PER_VECTOR: &[&str] = &[
     "top_controls",
     "top_byte_controls",
     "tops",
+    "widen32",
 ];
 
 #[test]

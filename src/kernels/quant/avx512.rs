@@ -180,6 +180,32 @@ fn load16(b: &[u8]) -> __m128i {
     unsafe { _mm_loadu_si128(b.as_ptr().cast::<__m128i>()) }
 }
 
+/// Bytes `b[..32]`, each widened to a 32-bit lane as it is: bytes 0-15, then 16-31.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn widen32(b: &[u8]) -> [__m512i; 2] {
+    [
+        _mm512_cvtepu8_epi32(load16(&b[..16])),
+        _mm512_cvtepu8_epi32(load16(&b[16..32])),
+    ]
+}
+
+/// The K formats' group `g` from the widened bytes its pair of groups shares ([`widen32`]):
+/// the low nibbles for an even group, the high ones shifted down for an odd one. Bits above
+/// the nibble are left for the caller to ignore (a permute reads only its index's low bits).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn pair_nibbles(wide: &[__m512i; 2], g: usize) -> [__m512i; 2] {
+    if g.is_multiple_of(2) {
+        *wide
+    } else {
+        [
+            _mm512_srli_epi32::<4>(wide[0]),
+            _mm512_srli_epi32::<4>(wide[1]),
+        ]
+    }
+}
+
 /// The 32 nibbles of 16 bytes in element order: low nibbles (elements 0-15), then high.
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -359,14 +385,8 @@ impl Blocks512 for Q4K {
     const RUN: usize = 2;
     #[inline(always)]
     unsafe fn run512(b: &[u8], j: usize) -> [__m512i; 2] {
-        let q = &b[16 + 32 * j..][..32];
         // SAFETY: the caller guarantees AVX-512F.
-        unsafe {
-            [
-                _mm512_cvtepu8_epi32(load16(&q[..16])),
-                _mm512_cvtepu8_epi32(load16(&q[16..])),
-            ]
-        }
+        unsafe { widen32(&b[16 + 32 * j..]) }
     }
     #[inline(always)]
     unsafe fn group_in_run512(
@@ -384,14 +404,7 @@ impl Blocks512 for Q4K {
             // Q4_K `[10240, 2560]` took 738-747 µs against 771-784 (Zen 5, one thread, builds
             // alternating, three rounds).
             let t = _mm512_fmsub_ps(ds, from_minus(0), dm);
-            let v = if g.is_multiple_of(2) {
-                *run
-            } else {
-                [
-                    _mm512_srli_epi32::<4>(run[0]),
-                    _mm512_srli_epi32::<4>(run[1]),
-                ]
-            };
+            let v = pair_nibbles(run, g);
             [
                 _mm512_permutexvar_ps(v[0], t),
                 _mm512_permutexvar_ps(v[1], t),
@@ -427,15 +440,10 @@ impl Blocks512 for Q5K {
     }
     #[inline(always)]
     unsafe fn run512(b: &[u8], j: usize) -> [__m512i; 4] {
-        let (ql, qh) = (&b[48 + 32 * j..][..32], &b[16..48]);
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
-            [
-                _mm512_cvtepu8_epi32(load16(&ql[..16])),
-                _mm512_cvtepu8_epi32(load16(&ql[16..])),
-                _mm512_cvtepu8_epi32(load16(&qh[..16])),
-                _mm512_cvtepu8_epi32(load16(&qh[16..])),
-            ]
+            let (low, fifth) = (widen32(&b[48 + 32 * j..]), widen32(&b[16..48]));
+            [low[0], low[1], fifth[0], fifth[1]]
         }
     }
     #[inline(always)]
@@ -452,14 +460,7 @@ impl Blocks512 for Q5K {
             let hi = _mm512_fmsub_ps(ds, from_minus(-16), dm);
             // Written out, not as closures: a closure has none of the caller's target features,
             // and its intrinsics could become calls.
-            let (w0, w1) = if g.is_multiple_of(2) {
-                (run[0], run[1])
-            } else {
-                (
-                    _mm512_srli_epi32::<4>(run[0]),
-                    _mm512_srli_epi32::<4>(run[1]),
-                )
-            };
+            let [w0, w1] = pair_nibbles(&[run[0], run[1]], g);
             // Bit g of each fifth-bits byte to bit 4 (a left rotate by 4 - g, modulo 32).
             let to_bit4 = _mm512_set1_epi32((4 - g as i32).rem_euclid(32));
             let (h0, h1) = (
