@@ -419,7 +419,8 @@ impl Blocks512 for Q4K {
 }
 
 impl Blocks512 for Q5K {
-    /// Four rows at a time: see [`Q5K`]'s `Run`.
+    /// Four rows at a time: eight, even with one row's run live at a time ([`dots`]), took
+    /// 1024-1029 µs against four's 965-979 (one x row against `[10240, 2560]`, Zen 5).
     const WIDE: bool = false;
     k_factors_512!();
     /// Groups 2j and 2j + 1 share 32 bytes of low bits (their low and high nibbles), and every
@@ -427,8 +428,7 @@ impl Blocks512 for Q5K {
     /// to 32-bit lanes once for the two groups, and each index is the nibble's four bits with
     /// the fifth bit rotated into bit 4 (one rotate and one three-way select per sixteen; the
     /// permute reads bits 0-4 only), where a group at a time took its bits apart in bytes and
-    /// widened them again. The run holds four vectors a row, so one x row meets four weight
-    /// rows at a time (eight spilled them: 1460-1509 µs). One x row against `[10240, 2560]`
+    /// widened them again. The run holds four vectors a row. One x row against `[10240, 2560]`
     /// took 1100-1128 µs against 1178-1195, `[640, 2048]` 54-55 against 57-60; eight and 32
     /// rows level (Zen 5, one thread, builds alternating, three rounds).
     type Run = [__m512i; 4];
@@ -594,6 +594,9 @@ impl Blocks512 for Q6K {
     }
 }
 
+/// The most groups a [`Blocks512::RUN`] holds.
+const MAX_RUN: usize = 4;
+
 /// Weight rows one x row meets at a time: their accumulators are independent chains, enough
 /// to hide the multiply-add latency behind the decode.
 const ROWS: usize = 4;
@@ -688,6 +691,15 @@ fn rows_by<B: Blocks512, const R: usize>(
 /// where `R` rows still to come start (the rows are contiguous): while block `b` of each row is
 /// decoded, `R` blocks' worth of those rows is prefetched ([`simd::prefetch`]).
 /// `halves`: the f16 table one-scale formats read their scales from.
+///
+/// A [`Blocks512::RUN`] of groups at a time: the run's x vectors are loaded once, then each
+/// row's run is made and its groups decoded and multiplied, row after row, so only one row's
+/// run is live at a time (each accumulator still takes its row's groups in ascending order,
+/// the same sums). Where all `R` rows' runs were made first and the groups then went across
+/// the rows, one x row against `[10240, 2560]` took, in Q5_K (four vectors a run), 1100-1227
+/// µs against 934-1001 now, and `[640, 2048]` 53-61 against 46-50; Q6_K 937-944 against
+/// 887-925; Q4_K level (605-641 against 624-676; `[640, 2048]` 30.0-31.7 against 29.8-32.6).
+/// Zen 5, one thread, builds alternating, five rounds.
 #[inline(always)]
 fn dots<B: Blocks512, const R: usize>(
     x: &[f32],
@@ -716,27 +728,29 @@ fn dots<B: Blocks512, const R: usize>(
         // SAFETY: the callers enable AVX2, FMA and F16C.
         let shared: [B::Shared; R] =
             std::array::from_fn(|r| unsafe { B::prepare512(blk[r], halves) });
-        // SAFETY: a register intrinsic.
-        let mut runs: [B::Run; R] = [unsafe { B::run_none() }; R];
-        for g in 0..B::GROUPS {
-            if g.is_multiple_of(B::RUN) {
-                for r in 0..R {
-                    // SAFETY: `blk[r]` is one whole block (asserted lengths above).
-                    runs[r] = unsafe { B::run512(blk[r], g / B::RUN) };
-                }
+        for j in 0..B::GROUPS / B::RUN {
+            // The run's x vectors, then each row's run decoded group by group: each row's
+            // accumulator still takes the groups in ascending order.
+            // SAFETY: a register intrinsic.
+            let mut xs = [[unsafe { _mm512_setzero_ps() }; 2]; MAX_RUN];
+            for (s, xs) in xs.iter_mut().enumerate().take(B::RUN) {
+                let at = b * elems + 32 * (B::RUN * j + s);
+                // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
+                *xs = unsafe {
+                    let p = x.as_ptr().add(at);
+                    [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))]
+                };
             }
-            let at = b * elems + 32 * g;
-            // SAFETY: reads `x[at..at + 32]`, with `at + 32 <= blocks * elems == x.len()`.
-            let (x0, x1) = unsafe {
-                let p = x.as_ptr().add(at);
-                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-            };
             for r in 0..R {
-                // SAFETY: `blk[r]` is one whole block (asserted lengths above), `runs[r]` made
-                // from it.
-                let v = unsafe { B::group_in_run512(blk[r], &runs[r], &shared[r], g) };
-                // SAFETY: register intrinsics.
-                acc[r] = unsafe { _mm512_fmadd_ps(x1, v[1], _mm512_fmadd_ps(x0, v[0], acc[r])) };
+                // SAFETY: `blk[r]` is one whole block (asserted lengths above).
+                let run = unsafe { B::run512(blk[r], j) };
+                for (s, [x0, x1]) in xs.iter().enumerate().take(B::RUN) {
+                    // SAFETY: `blk[r]` is one whole block, `run` made from it.
+                    let v = unsafe { B::group_in_run512(blk[r], &run, &shared[r], B::RUN * j + s) };
+                    // SAFETY: register intrinsics.
+                    acc[r] =
+                        unsafe { _mm512_fmadd_ps(*x1, v[1], _mm512_fmadd_ps(*x0, v[0], acc[r])) };
+                }
             }
         }
     }
