@@ -12,6 +12,7 @@ use std::process::Command;
 /// `q6_k_quarter_scales_512`) may be calls: one a block is cheap.
 const PER_VECTOR: &[&str] = &[
     "broadcast16",
+    "five_bit_indices",
     "from_minus",
     "from_top",
     "half_f16c",
@@ -19,7 +20,6 @@ const PER_VECTOR: &[&str] = &[
     "load32",
     "load_u32",
     "nibbles",
-    "nibbles32",
     "pair_nibbles",
     "paired_nibbles",
     "paired_tops",

@@ -5,8 +5,8 @@
 //! At batch 1 (and a few rows) a step on quantized weights is bound by decoding, not by
 //! memory: on an AVX-512 Xeon the AVX2 decoders feed `linear` at 6 GB/s of Q5_0 blocks out of
 //! 14-20 GB/s read bandwidth. A decoded group of 32 is two vectors here instead of four, and
-//! Q5_0's fifth bits are rotated into place in every lane at once (Q5_1's are two mask
-//! registers) instead of four compare-and-mask steps.
+//! Q5_0's and Q5_1's fifth bits are rotated into place in every lane at once instead of four
+//! compare-and-mask steps.
 //!
 //! The values are the AVX2 decoders' and the scalar ones' (the same integer steps, then the same
 //! IEEE convert and multiply, and for the formats with a minimum a subtract, fused here into one
@@ -30,11 +30,11 @@ use std::arch::x86_64::{
     __m128i, __m256i, __m512, __m512i, _mm256_loadu_si256, _mm512_and_si512,
     _mm512_broadcast_i64x4, _mm512_castsi512_si128, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32,
     _mm512_cvtepu8_epi32, _mm512_extracti32x4_epi32, _mm512_fmadd_ps, _mm512_fmsub_ps,
-    _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_or_epi32, _mm512_mul_ps,
-    _mm512_permutex2var_ps, _mm512_permutexvar_ps, _mm512_rolv_epi32, _mm512_set1_epi32,
-    _mm512_set1_ps, _mm512_setr_epi32, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
-    _mm512_sllv_epi32, _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32,
-    _mm512_ternarylogic_epi32, _mm512_xor_si512, _mm_loadu_si128,
+    _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mul_ps, _mm512_permutex2var_ps,
+    _mm512_permutexvar_ps, _mm512_rolv_epi32, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setr_epi32,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sllv_epi32,
+    _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_ternarylogic_epi32,
+    _mm512_xor_si512, _mm_loadu_si128,
 };
 use std::ops::Range;
 
@@ -206,14 +206,33 @@ fn pair_nibbles(wide: &[__m512i; 2], g: usize) -> [__m512i; 2] {
     }
 }
 
-/// The 32 nibbles of 16 bytes in element order: low nibbles (elements 0-15), then high.
+/// The 32 five-bit indices of a Q5_0 or Q5_1 group in element order (elements 0-15, then
+/// 16-31), from its fifth bits `qh` (bit `i` for element `i`) and its 16 nibble bytes `qs`
+/// (low nibbles first): lane `l` of the first vector rotates bit `l` of `qh` to bit 4, of the
+/// second bit `16 + l`, and one three-way select takes bits 0-3 from the nibble and the rest
+/// from the rotated bits. Bits above 4 are left for the permute to ignore. Against the bits as
+/// two mask registers ORed in (and a mask for the low nibbles), one x row of Q5_0 `[10240,
+/// 2560]` took 711-721 µs against 745-756 and eight rows of `[1024, 2048]` 208-211 against
+/// 214-217; Q5_1 (four rows at a time) 903-940 against 979-999 (Zen 5, one thread, builds
+/// alternating).
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn nibbles32(qs: &[u8]) -> [__m512i; 2] {
+fn five_bit_indices(qh: &[u8], qs: &[u8]) -> [__m512i; 2] {
+    let qh = _mm512_set1_epi32(i32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]));
     let wide = _mm512_cvtepu8_epi32(load16(qs));
+    let first = _mm512_rolv_epi32(
+        qh,
+        _mm512_setr_epi32(4, 3, 2, 1, 0, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21),
+    );
+    let second = _mm512_rolv_epi32(
+        qh,
+        _mm512_setr_epi32(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5),
+    );
+    let low4 = _mm512_set1_epi32(0x0f);
+    // Bits 0-3 from the nibble, the rest from the rotated fifth bits: `c ? a : b`.
     [
-        _mm512_and_si512(wide, _mm512_set1_epi32(0x0f)),
-        _mm512_srli_epi32::<4>(wide),
+        _mm512_ternarylogic_epi32::<0xE4>(wide, first, low4),
+        _mm512_ternarylogic_epi32::<0xE4>(_mm512_srli_epi32::<4>(wide), second, low4),
     ]
 }
 
@@ -256,25 +275,7 @@ impl Blocks512 for Q5_0 {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let d = _mm512_set1_ps(*d);
-            let qh = _mm512_set1_epi32(i32::from_le_bytes([b[2], b[3], b[4], b[5]]));
-            let wide = _mm512_cvtepu8_epi32(load16(&b[6..22]));
-            // Bit i of qh is element i's fifth bit: lane l of the first vector rotates bit l to
-            // bit 4, of the second bit 16 + l; the permute reads bits 0-4 only. Against the
-            // bits as two mask registers ORed in (and a mask for the low nibbles), one x row of
-            // `[10240, 2560]` took 711-721 µs against 745-756, eight rows of `[1024, 2048]`
-            // 208-211 against 214-217 (Zen 5, one thread, builds alternating, three rounds).
-            let first = _mm512_rolv_epi32(
-                qh,
-                _mm512_setr_epi32(4, 3, 2, 1, 0, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21),
-            );
-            let second = _mm512_rolv_epi32(
-                qh,
-                _mm512_setr_epi32(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5),
-            );
-            let low4 = _mm512_set1_epi32(0x0f);
-            // Bits 0-3 from the nibble, the rest from the rotated fifth bits: `c ? a : b`.
-            let i0 = _mm512_ternarylogic_epi32::<0xE4>(wide, first, low4);
-            let i1 = _mm512_ternarylogic_epi32::<0xE4>(_mm512_srli_epi32::<4>(wide), second, low4);
+            let [i0, i1] = five_bit_indices(&b[2..6], &b[6..22]);
             let (lo, hi) = (
                 _mm512_mul_ps(d, from_minus(16)),
                 _mm512_mul_ps(d, from_minus(0)),
@@ -308,25 +309,24 @@ impl Blocks512 for Q4_1 {
 }
 
 impl Blocks512 for Q5_1 {
+    /// Four rows at a time: eight took 1043-1067 µs against four's 979-999 (one x row against
+    /// `[10240, 2560]`, Zen 5, one thread, before [`five_bit_indices`]).
+    const WIDE: bool = false;
     no_runs!();
     #[inline(always)]
     unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]));
-            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-            let sixteen = _mm512_set1_epi32(16);
-            let q = nibbles32(&b[8..24]);
-            // As Q5_0: each vector's fifth bits as a mask register, the sixteen values below
-            // 16 in one table and those from 16 in the other.
-            let fifth = |q: __m512i, k: u32| _mm512_mask_or_epi32(q, k as u16, q, sixteen);
+            let [i0, i1] = five_bit_indices(&b[4..8], &b[8..24]);
+            // As Q5_0: the sixteen values below 16 in one table and those from 16 in the other.
             let (lo, hi) = (
                 _mm512_fmsub_ps(ds, from_minus(0), dm),
                 _mm512_fmsub_ps(ds, from_minus(-16), dm),
             );
             [
-                _mm512_permutex2var_ps(lo, fifth(q[0], qh & 0xffff), hi),
-                _mm512_permutex2var_ps(lo, fifth(q[1], qh >> 16), hi),
+                _mm512_permutex2var_ps(lo, i0, hi),
+                _mm512_permutex2var_ps(lo, i1, hi),
             ]
         }
     }
