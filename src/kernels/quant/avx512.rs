@@ -728,6 +728,7 @@ fn dots<B: Blocks512, const R: usize>(
         // SAFETY: the callers enable AVX2, FMA and F16C.
         let shared: [B::Shared; R] =
             std::array::from_fn(|r| unsafe { B::prepare512(blk[r], halves) });
+        const { assert!(B::RUN <= MAX_RUN, "a run's x vectors fit `xs`") };
         for j in 0..B::GROUPS / B::RUN {
             // The run's x vectors, then each row's run decoded group by group: each row's
             // accumulator still takes the groups in ascending order.
