@@ -32,9 +32,8 @@ use std::arch::x86_64::{
     _mm512_cvtepu8_epi32, _mm512_extracti32x4_epi32, _mm512_fmadd_ps, _mm512_fmsub_ps,
     _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mul_ps, _mm512_permutex2var_ps,
     _mm512_permutexvar_ps, _mm512_rolv_epi32, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setr_epi32,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sllv_epi32,
-    _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_ternarylogic_epi32,
-    _mm512_xor_si512, _mm_loadu_si128,
+    _mm512_setzero_ps, _mm512_slli_epi32, _mm512_sllv_epi32, _mm512_srli_epi32, _mm512_storeu_ps,
+    _mm512_sub_epi32, _mm512_ternarylogic_epi32, _mm512_xor_si512, _mm_loadu_si128,
 };
 use std::ops::Range;
 
@@ -63,30 +62,33 @@ fn block_avx512(dtype: DType, b: &[u8], out: &mut [f32]) {
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 fn store_block<B: Blocks512>(b: &[u8], out: &mut [f32]) {
-    // SAFETY: this function's features are the ones `prepare512_f16c` and `run_none` need.
-    let (shared, mut run) = unsafe { (B::prepare512_f16c(b), B::run_none()) };
-    for (g, dst) in out[..32 * B::GROUPS].chunks_exact_mut(32).enumerate() {
-        if g.is_multiple_of(B::RUN) {
-            // SAFETY: as below.
-            run = unsafe { B::run512(b, g / B::RUN) };
-        }
-        // SAFETY: this function's features are the ones `group512` needs.
-        let v = unsafe { B::group_in_run512(b, &run, &shared, g) };
-        // SAFETY: `dst` holds exactly 32 f32s: two unaligned 16-wide stores.
-        unsafe {
-            _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
-            _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
+    // SAFETY: this function's features are the ones `prepare512_f16c` needs.
+    let shared = unsafe { B::prepare512_f16c(b) };
+    let runs = out[..32 * B::GROUPS].chunks_exact_mut(32 * B::RUN);
+    for (j, dst) in runs.enumerate() {
+        // SAFETY: this function's features are the ones `run512` and `group512` need.
+        let run = unsafe { B::run512(b, j) };
+        for (s, dst) in dst.chunks_exact_mut(32).enumerate() {
+            // SAFETY: as above.
+            let v = unsafe { B::group512(b, &run, &shared, B::RUN * j + s) };
+            // SAFETY: `dst` holds exactly 32 f32s: two unaligned 16-wide stores.
+            unsafe {
+                _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
+                _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
+            }
         }
     }
 }
 
 /// A block format's AVX-512 decoder, beside its AVX2 one ([`Blocks`]: sizes and shared parts).
 pub(crate) trait Blocks512: Blocks {
-    /// Elements `32 g .. 32 g + 16` and `32 g + 16 .. 32 g + 32` of block `b`.
+    /// Elements `32 g .. 32 g + 16` and `32 g + 16 .. 32 g + 32` of block `b`, from `run`, the
+    /// shared part of the run of groups `g` is in (`g / RUN` is its index), made by
+    /// [`Blocks512::run512`] from the same block.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX2, FMA and F16C.
-    unsafe fn group512(b: &[u8], shared: &Self::Shared, g: usize) -> [__m512; 2];
+    unsafe fn group512(b: &[u8], run: &Self::Run, shared: &Self::Shared, g: usize) -> [__m512; 2];
     /// Whether one x row meets [`WIDE_ROWS`] weight rows at a time in `gemv`.
     const WIDE: bool = true;
     /// The shared part of block `b` as these decoders take it: [`Blocks::prepare_table`]'s,
@@ -113,36 +115,11 @@ pub(crate) trait Blocks512: Blocks {
     type Run: Copy;
     /// Groups per run: a divisor of [`Blocks::GROUPS`].
     const RUN: usize = 1;
-    /// An empty run, to start an array of them from.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    unsafe fn run_none() -> Self::Run;
     /// The shared part of groups `RUN · j .. RUN · (j + 1)` of block `b`.
     ///
     /// # Safety
     /// As [`Blocks512::group512`].
-    #[inline(always)]
-    unsafe fn run512(b: &[u8], j: usize) -> Self::Run {
-        let _ = (b, j);
-        // SAFETY: the caller's guarantees are this function's.
-        unsafe { Self::run_none() }
-    }
-    /// [`Blocks512::group512`] for group `g` of the run `run` (`g / RUN` is its index).
-    ///
-    /// # Safety
-    /// As [`Blocks512::group512`], with `run` made by [`Blocks512::run512`] from the same block.
-    #[inline(always)]
-    unsafe fn group_in_run512(
-        b: &[u8],
-        run: &Self::Run,
-        shared: &Self::Shared,
-        g: usize,
-    ) -> [__m512; 2] {
-        let _ = run;
-        // SAFETY: the caller's guarantees are `group512`'s.
-        unsafe { Self::group512(b, shared, g) }
-    }
+    unsafe fn run512(b: &[u8], j: usize) -> Self::Run;
 }
 
 /// The [`Blocks512::Run`] items of the formats that decode group by group.
@@ -150,7 +127,7 @@ macro_rules! no_runs {
     () => {
         type Run = ();
         #[inline(always)]
-        unsafe fn run_none() {}
+        unsafe fn run512(_b: &[u8], _j: usize) {}
     };
 }
 
@@ -239,7 +216,7 @@ fn five_bit_indices(qh: &[u8], qs: &[u8]) -> [__m512i; 2] {
 impl Blocks512 for Q8_0 {
     no_runs!();
     #[inline(always)]
-    unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], _run: &(), d: &f32, _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let d = _mm512_set1_ps(*d);
@@ -254,7 +231,7 @@ impl Blocks512 for Q8_0 {
 impl Blocks512 for Q4_0 {
     no_runs!();
     #[inline(always)]
-    unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], _run: &(), d: &f32, _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let t = _mm512_mul_ps(_mm512_set1_ps(*d), from_minus(8));
@@ -271,7 +248,7 @@ impl Blocks512 for Q4_0 {
 impl Blocks512 for Q5_0 {
     no_runs!();
     #[inline(always)]
-    unsafe fn group512(b: &[u8], d: &f32, _g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], _run: &(), d: &f32, _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let d = _mm512_set1_ps(*d);
@@ -291,7 +268,7 @@ impl Blocks512 for Q5_0 {
 impl Blocks512 for Q4_1 {
     no_runs!();
     #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], _run: &(), f: &[f32; 2], _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]));
@@ -314,7 +291,7 @@ impl Blocks512 for Q5_1 {
     const WIDE: bool = false;
     no_runs!();
     #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[f32; 2], _g: usize) -> [__m512; 2] {
+    unsafe fn group512(b: &[u8], _run: &(), f: &[f32; 2], _g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[0]), _mm512_set1_ps(f[1]));
@@ -350,29 +327,25 @@ fn k_group_factors_512(b: &[u8]) -> [f32; 16] {
     f
 }
 
-/// The prepare items of the K formats with a minimum ([`k_group_factors_512`]).
-macro_rules! k_factors_512 {
-    () => {
+/// The prepare items of a format whose sixteen factors a block are made on AVX-512 by `$f`
+/// ([`k_group_factors_512`], [`q6_k_quarter_scales_512`]), with or without the f16 table.
+macro_rules! factors_512 {
+    ($f:ident) => {
         #[inline(always)]
         unsafe fn prepare512(b: &[u8], _halves: &Halves) -> [f32; 16] {
             // SAFETY: the caller guarantees AVX-512F (the only callers), AVX2 and F16C.
-            unsafe { k_group_factors_512(b) }
+            unsafe { $f(b) }
         }
         #[inline(always)]
         unsafe fn prepare512_f16c(b: &[u8]) -> [f32; 16] {
             // SAFETY: as above.
-            unsafe { k_group_factors_512(b) }
+            unsafe { $f(b) }
         }
     };
 }
 
 impl Blocks512 for Q4K {
-    k_factors_512!();
-    #[inline(always)]
-    unsafe fn run_none() -> [__m512i; 2] {
-        // SAFETY: the caller guarantees AVX-512F.
-        unsafe { [_mm512_setzero_si512(); 2] }
-    }
+    factors_512!(k_group_factors_512);
     /// Groups 2j and 2j + 1 are the low and high nibbles of the same 32 bytes. Each byte
     /// widens to a lane as it is, once for both groups (a run of two), and a permute reads only
     /// an index's low four bits, so the low nibbles need no mask and the high ones one shift:
@@ -389,12 +362,7 @@ impl Blocks512 for Q4K {
         unsafe { widen32(&b[16 + 32 * j..]) }
     }
     #[inline(always)]
-    unsafe fn group_in_run512(
-        _b: &[u8],
-        run: &[__m512i; 2],
-        f: &[f32; 16],
-        g: usize,
-    ) -> [__m512; 2] {
+    unsafe fn group512(_b: &[u8], run: &[__m512i; 2], f: &[f32; 16], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
@@ -411,18 +379,13 @@ impl Blocks512 for Q4K {
             ]
         }
     }
-    #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
-        // SAFETY: the caller's guarantees are these functions'.
-        unsafe { Self::group_in_run512(b, &Self::run512(b, g / 2), f, g) }
-    }
 }
 
 impl Blocks512 for Q5K {
     /// Four rows at a time: eight, even with one row's run live at a time ([`dots`]), took
     /// 1024-1029 µs against four's 965-979 (one x row against `[10240, 2560]`, Zen 5).
     const WIDE: bool = false;
-    k_factors_512!();
+    factors_512!(k_group_factors_512);
     /// Groups 2j and 2j + 1 share 32 bytes of low bits (their low and high nibbles), and every
     /// group of the block the same 32 bytes of fifth bits (bit g for group g): both are widened
     /// to 32-bit lanes once for the two groups, and each index is the nibble's four bits with
@@ -434,11 +397,6 @@ impl Blocks512 for Q5K {
     type Run = [__m512i; 4];
     const RUN: usize = 2;
     #[inline(always)]
-    unsafe fn run_none() -> [__m512i; 4] {
-        // SAFETY: the caller guarantees AVX-512F.
-        unsafe { [_mm512_setzero_si512(); 4] }
-    }
-    #[inline(always)]
     unsafe fn run512(b: &[u8], j: usize) -> [__m512i; 4] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
@@ -447,12 +405,7 @@ impl Blocks512 for Q5K {
         }
     }
     #[inline(always)]
-    unsafe fn group_in_run512(
-        _b: &[u8],
-        run: &[__m512i; 4],
-        f: &[f32; 16],
-        g: usize,
-    ) -> [__m512; 2] {
+    unsafe fn group512(_b: &[u8], run: &[__m512i; 4], f: &[f32; 16], g: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let (ds, dm) = (_mm512_set1_ps(f[2 * g]), _mm512_set1_ps(f[2 * g + 1]));
@@ -477,11 +430,6 @@ impl Blocks512 for Q5K {
             ]
         }
     }
-    #[inline(always)]
-    unsafe fn group512(b: &[u8], f: &[f32; 16], g: usize) -> [__m512; 2] {
-        // SAFETY: the caller's guarantees are these functions'.
-        unsafe { Self::group_in_run512(b, &Self::run512(b, g / 2), f, g) }
-    }
 }
 
 /// Q6_K's sixteen `d · scale / 4` ([`Blocks512::prepare512`]), converted and multiplied sixteen
@@ -505,21 +453,7 @@ fn q6_k_quarter_scales_512(b: &[u8]) -> [f32; 16] {
 
 impl Blocks512 for Q6K {
     const WIDE: bool = false;
-    #[inline(always)]
-    unsafe fn prepare512(b: &[u8], _halves: &Halves) -> [f32; 16] {
-        // SAFETY: the caller guarantees AVX-512F (the only callers), AVX2 and F16C.
-        unsafe { q6_k_quarter_scales_512(b) }
-    }
-    #[inline(always)]
-    unsafe fn prepare512_f16c(b: &[u8]) -> [f32; 16] {
-        // SAFETY: as above.
-        unsafe { q6_k_quarter_scales_512(b) }
-    }
-    #[inline(always)]
-    unsafe fn group512(b: &[u8], ds: &[f32; 16], c: usize) -> [__m512; 2] {
-        // SAFETY: the caller's guarantees are these functions'.
-        unsafe { Self::group_in_run512(b, &Self::run512(b, c / 4), ds, c) }
-    }
+    factors_512!(q6_k_quarter_scales_512);
     /// The four groups of a half block share its 64 low-bit bytes and 32 high-bit bytes, so
     /// their values are assembled for all four at once, by 32-bit shifts and masks (AVX-512F
     /// has no byte instructions): nine operations for 128 values, where a group at a time took
@@ -531,11 +465,6 @@ impl Blocks512 for Q6K {
     /// has the bits of `(q - 32) · (d · scale)`, the other paths' value.
     type Run = [__m512i; 2];
     const RUN: usize = 4;
-    #[inline(always)]
-    unsafe fn run_none() -> [__m512i; 2] {
-        // SAFETY: the caller guarantees AVX-512F.
-        unsafe { [_mm512_setzero_si512(); 2] }
-    }
     #[inline(always)]
     unsafe fn run512(b: &[u8], h: usize) -> [__m512i; 2] {
         let (ql, qh) = (&b[64 * h..][..64], &b[128 + 32 * h..][..32]);
@@ -566,12 +495,7 @@ impl Blocks512 for Q6K {
         }
     }
     #[inline(always)]
-    unsafe fn group_in_run512(
-        _b: &[u8],
-        run: &[__m512i; 2],
-        ds: &[f32; 16],
-        c: usize,
-    ) -> [__m512; 2] {
+    unsafe fn group512(_b: &[u8], run: &[__m512i; 2], ds: &[f32; 16], c: usize) -> [__m512; 2] {
         // SAFETY: the caller guarantees AVX-512F.
         unsafe {
             let bytes = run[(c % 4) / 2];
@@ -747,7 +671,7 @@ fn dots<B: Blocks512, const R: usize>(
                 let run = unsafe { B::run512(blk[r], j) };
                 for (s, [x0, x1]) in xs.iter().enumerate().take(B::RUN) {
                     // SAFETY: `blk[r]` is one whole block, `run` made from it.
-                    let v = unsafe { B::group_in_run512(blk[r], &run, &shared[r], B::RUN * j + s) };
+                    let v = unsafe { B::group512(blk[r], &run, &shared[r], B::RUN * j + s) };
                     // SAFETY: register intrinsics.
                     acc[r] =
                         unsafe { _mm512_fmadd_ps(*x1, v[1], _mm512_fmadd_ps(*x0, v[0], acc[r])) };

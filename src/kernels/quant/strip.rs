@@ -191,17 +191,18 @@ fn decode_row<B: Blocks512>(row: &[u8], dst: &mut [f32]) {
     assert_eq!(row.len() / B::BYTES * elems, dst.len(), "strip row length");
     for (blk, dst) in row.chunks_exact(B::BYTES).zip(dst.chunks_exact_mut(elems)) {
         // SAFETY: only inlined into `strips`, which enables F16C and AVX-512F.
-        let (shared, mut run) = unsafe { (B::prepare512_f16c(blk), B::run_none()) };
-        for (g, dst) in dst.chunks_exact_mut(32).enumerate() {
+        let shared = unsafe { B::prepare512_f16c(blk) };
+        for (j, dst) in dst.chunks_exact_mut(32 * B::RUN).enumerate() {
             // SAFETY: `blk` is one whole block, and this is only inlined into `strips`, which
-            // enables AVX-512F, AVX2, FMA and F16C; `dst` holds 32 f32s (two unaligned stores).
-            unsafe {
-                if g.is_multiple_of(B::RUN) {
-                    run = B::run512(blk, g / B::RUN);
+            // enables AVX-512F, AVX2, FMA and F16C.
+            let run = unsafe { B::run512(blk, j) };
+            for (s, dst) in dst.chunks_exact_mut(32).enumerate() {
+                // SAFETY: as above; `dst` holds 32 f32s (two unaligned stores).
+                unsafe {
+                    let v = B::group512(blk, &run, &shared, B::RUN * j + s);
+                    _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
+                    _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
                 }
-                let v = B::group_in_run512(blk, &run, &shared, g);
-                _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
-                _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
             }
         }
     }
