@@ -472,15 +472,18 @@ pub(crate) const fn reduce16_lane(a: usize) -> usize {
 #[inline]
 pub(crate) unsafe fn reduce16(v: &[std::arch::x86_64::__m512; LANES]) -> [f32; LANES] {
     use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_storeu_ps,
+        _mm512_add_ps, _mm512_mask_blend_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
+        _mm512_shuffle_ps, _mm512_storeu_ps,
     };
-    // h = 8: vector p holds accumulators 2p (lanes 0-7) and 2p + 1 (lanes 8-15).
+    // h = 8: vector p holds accumulators 2p (lanes 0-7) and 2p + 1 (lanes 8-15): a's low half
+    // and b's high half stay where they are (a blend, not a shuffle), and one shuffle brings
+    // their partners (an f32 sum is the same whichever operand comes first).
     let mut s1 = [_mm512_setzero_ps(); 8];
     for (p, s) in s1.iter_mut().enumerate() {
         let (a, b) = (v[2 * p], v[2 * p + 1]);
         *s = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0x44>(a, b),
-            _mm512_shuffle_f32x4::<0xEE>(a, b),
+            _mm512_mask_blend_ps(0xFF00, a, b),
+            _mm512_shuffle_f32x4::<0x4E>(a, b),
         );
     }
     // h = 4: vector q's 128-bit chunk c holds accumulator 4q + c.
@@ -492,13 +495,15 @@ pub(crate) unsafe fn reduce16(v: &[std::arch::x86_64::__m512; LANES]) -> [f32; L
             _mm512_shuffle_f32x4::<0xDD>(a, b),
         );
     }
-    // h = 2: vector r's chunk c holds accumulator 8r + c (lanes 0-1) and 8r + 4 + c (2-3).
+    // h = 2: vector r's chunk c holds accumulator 8r + c (lanes 0-1) and 8r + 4 + c (2-3); a
+    // blend and one shuffle again, as for h = 8. (Both: one shuffle fewer per vector; the
+    // strips, whose tiles end in two of these per 24 outputs, 1 % faster on Zen 5.)
     let mut s3 = [_mm512_setzero_ps(); 2];
     for (r, s) in s3.iter_mut().enumerate() {
         let (a, b) = (s2[2 * r], s2[2 * r + 1]);
         *s = _mm512_add_ps(
-            _mm512_shuffle_ps::<0x44>(a, b),
-            _mm512_shuffle_ps::<0xEE>(a, b),
+            _mm512_mask_blend_ps(0xCCCC, a, b),
+            _mm512_shuffle_ps::<0x4E>(a, b),
         );
     }
     // h = 1: chunk c, lane t holds accumulator 4t + c.
