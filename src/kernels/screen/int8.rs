@@ -391,7 +391,23 @@ fn dots_vnni(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(panels.as_ptr().add(at).cast()) };
             }
         }
+        // The first x rows read these panels from memory; every tile asks for its share of the
+        // next panels' lines into L2 as it goes, so that they are there when the next panels'
+        // first tile reads them (at batch 8, one tile a panel, it asks for all of them). Until
+        // 2026-12-07 the first tile asked for every line, and at 32 rows its loads of the next
+        // panels still waited on memory: AMD EPYC (Zen 5), 2 threads, `kernel_bench ARGMAX=1`
+        // on a random `[262144, 640]` head, builds alternating, 8.5-8.8 -> 7.4-7.7 ms at 32
+        // rows and 29.0-29.9 -> 28.1-29.7 at 128 (one thread 16.3-17.4 -> 15.4-16.0 at 32);
+        // every tile asking for every line was 15.3 at 32 rows on one thread. (The first
+        // tile's prefetch had made batch 8 14 % faster than the panel's own alone: Emerald
+        // Rapids, 2 threads.)
+        let next = panels.as_ptr().wrapping_add((p + take) * size);
+        // Past the block's end these are the next block's first panels (a prefetch past the
+        // screen's end is only a hint, and ignored).
+        let lines = VNNI_PANELS * size / 64;
+        let n_tiles = m / VNNI_X + (m % VNNI_X).div_ceil(TILE_X);
         let mut i = 0;
+        let mut tile_no = 0;
         while i < m {
             let at = Tile {
                 x,
@@ -401,18 +417,14 @@ fn dots_vnni(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
                 rows,
                 kp,
             };
-            // The first x rows read these panels from memory, and ask for the next ones into
-            // L2 as they go, which the later rows' tiles leave time to arrive: batch 8 (one
-            // tile per panel) then ran at the bandwidth the screen's bytes allow, 14 % faster
-            // than with only the panel being read fetched ahead (Emerald Rapids, 2 threads,
-            // alternating call by call in one process).
+            let (l0, l1) = (tile_no * lines / n_tiles, (tile_no + 1) * lines / n_tiles);
+            let ahead = Ahead {
+                at: next.wrapping_add(l0 * 64),
+                step: ((l1 - l0) << 16) / (kp / panel::GROUP * VNNI_PANELS).max(1),
+            };
             macro_rules! tile {
                 ($r:expr, $p:expr) => {
-                    if i == 0 {
-                        vnni_tile::<{ $r }, { $p }, true>(&at, &wide, out)
-                    } else {
-                        vnni_tile::<{ $r }, { $p }, false>(&at, &wide, out)
-                    }
+                    vnni_tile::<{ $r }, { $p }>(&at, &wide, &ahead, out)
                 };
             }
             // SAFETY: the bounds `dots` asserted; the CPU has the features this function has.
@@ -425,9 +437,18 @@ fn dots_vnni(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
                 }
             }
             i += if m - i >= VNNI_X { VNNI_X } else { TILE_X };
+            tile_no += 1;
         }
         p += take;
     }
+}
+
+/// The lines a tile prefetches into L2 for the panels after its own: from `at`, the line
+/// `(n · step) >> 16` at its `n`-th of two prefetches a group.
+#[cfg(target_arch = "x86_64")]
+struct Ahead {
+    at: *const u8,
+    step: usize,
 }
 
 /// Where a register tile works: x rows from `i`, against the panels of `panels` (whose first
@@ -443,17 +464,18 @@ struct Tile<'a> {
 }
 
 /// One tile of [`dots_vnni`]: x rows `i .. i + R` against the `P` panels, whose wide
-/// channels' weights are `wide` ([`wide_pairs_512`]). `AHEAD`: prefetch the `P` panels after
-/// these into L2 as well (a prefetch past the screen's end is only a hint, and ignored).
+/// channels' weights are `wide` ([`wide_pairs_512`]); as it goes it also prefetches `ahead`'s
+/// share of the next panels into L2.
 ///
 /// # Safety
 /// The CPU has AVX-512F, BW and VNNI; `t.panels` holds `P` panels, x rows `i .. i + R` exist,
 /// and `out` holds rows `i .. i + R` of `t.rows` outputs.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn vnni_tile<const R: usize, const P: usize, const AHEAD: bool>(
+unsafe fn vnni_tile<const R: usize, const P: usize>(
     t: &Tile<'_>,
     wide: &[[std::arch::x86_64::__m512i; PAIRS]],
+    ahead: &Ahead,
     out: &mut [i32],
 ) {
     // SAFETY: the caller keeps this function's contract (above).
@@ -473,9 +495,8 @@ unsafe fn vnni_tile<const R: usize, const P: usize, const AHEAD: bool>(
                 let at = w.add(c * size + g * panel::GROUP_BYTES);
                 // The first x rows read the panels from memory; later ones find them in cache.
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
-                if AHEAD {
-                    _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(P * size).cast());
-                }
+                let line = ((g * VNNI_PANELS + c) * ahead.step) >> 16;
+                _mm_prefetch::<_MM_HINT_T1>(ahead.at.wrapping_add(line * 64).cast());
                 _mm512_loadu_si512(at.cast())
             });
             for (r, acc) in acc.iter_mut().enumerate() {
