@@ -510,17 +510,24 @@ unsafe fn vnni_tile<const R: usize, const P: usize>(
                 }
             }
         }
+        // The wide channels a pair at a time into every accumulator, so that consecutive
+        // multiply-adds are independent: one accumulator's sixteen in a row were a chain that
+        // left the tile waiting on each result.
+        let xw = x.wide.as_ptr().add(t.i * WIDE);
+        for p in 0..PAIRS {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xb = _mm512_set1_epi32(xw.add(r * WIDE + 2 * p).cast::<i32>().read_unaligned());
+                for c in 0..P {
+                    acc[c] = _mm512_dpwssd_epi32(acc[c], wide[c][p], xb);
+                }
+            }
+        }
         let sums = x.sums(kp);
         for (r, acc) in acc.iter().enumerate() {
             let row = t.i + r;
             let offset = _mm512_set1_epi32(sums[row].wrapping_mul(128));
-            let xw = x.wide.as_ptr().add(row * WIDE);
             for c in 0..P {
-                let mut v = _mm512_sub_epi32(acc[c], offset);
-                for (p, pair) in wide[c].iter().enumerate() {
-                    let xb = _mm512_set1_epi32(xw.add(2 * p).cast::<i32>().read_unaligned());
-                    v = _mm512_dpwssd_epi32(v, *pair, xb);
-                }
+                let v = _mm512_sub_epi32(acc[c], offset);
                 let j0 = t.j0 + c * panel::ROWS;
                 let dst = out.as_mut_ptr().add(row * t.rows + j0);
                 if j0 + panel::ROWS <= t.rows {
