@@ -54,9 +54,6 @@ pub(crate) trait ScreenSource: Sync {
 /// Rows per block: the unit the screen is built and scanned in (and released from memory).
 const BLOCK_ROWS: usize = 2048;
 
-/// Rows the batched screen scans between two raisings of an x row's floor.
-const SCAN_SPAN: usize = 256;
-
 /// x rows the batched screen rounds to integers per task.
 const ROUND_ROWS: usize = 16;
 
@@ -151,22 +148,20 @@ struct Block {
     l2_err: Vec<f32>,
     rounding: Vec<f32>,
     row_l2: Vec<f32>,
-    /// The largest factors of each [`SCAN_SPAN`] rows, in order ([`Block::sealed`]).
+    /// The largest factors of each [`scan::SPAN`] rows, in order ([`Block::sealed`]).
     largest: Vec<scan::Largest>,
 }
 
 impl Block {
-    /// The factors of the block's rows `at .. at + SCAN_SPAN` (fewer at its end), `at` a
-    /// multiple of [`SCAN_SPAN`].
-    fn span_factors(&self, at: usize) -> scan::Factors<'_> {
-        let rows = at..(at + SCAN_SPAN).min(self.scale.len());
+    /// The factors of every row of the block.
+    fn factors(&self) -> scan::Factors<'_> {
         scan::Factors {
-            scale: &self.scale[rows.clone()],
-            max_err: &self.max_err[rows.clone()],
-            l2_err: &self.l2_err[rows.clone()],
-            rounding: &self.rounding[rows.clone()],
-            row_l2: &self.row_l2[rows],
-            largest: self.largest[at / SCAN_SPAN],
+            scale: &self.scale,
+            max_err: &self.max_err,
+            l2_err: &self.l2_err,
+            rounding: &self.rounding,
+            row_l2: &self.row_l2,
+            largest: &self.largest,
         }
     }
 
@@ -183,19 +178,8 @@ impl Block {
 
     /// The block with its spans' largest factors found: once every row is in.
     fn sealed(mut self) -> Block {
-        let n = self.scale.len();
-        self.largest = (0..n)
-            .step_by(SCAN_SPAN)
-            .map(|at| {
-                let r = at..(at + SCAN_SPAN).min(n);
-                scan::Largest::of(
-                    &self.max_err[r.clone()],
-                    &self.l2_err[r.clone()],
-                    &self.rounding[r.clone()],
-                    &self.row_l2[r],
-                )
-            })
-            .collect();
+        self.largest =
+            scan::Largest::spans(&self.max_err, &self.l2_err, &self.rounding, &self.row_l2);
         self
     }
 
@@ -461,19 +445,14 @@ impl Screen {
                         tiny,
                     };
                     let d = &dots[i * n..(i + 1) * n];
-                    // A span at a time, the floor raised between spans: a task's first span
-                    // keeps every row it sees, so spans shorter than a block keep fewer.
-                    for at in (0..n).step_by(SCAN_SPAN) {
-                        let span = at..(at + SCAN_SPAN).min(n);
-                        let factors = block.span_factors(at);
-                        let (d, first) = (&d[span], start + at);
-                        let best = scan::scan(cpu, d, &factors, x, f.floor, first, &mut f.kept);
-                        // A row below a lower bound already seen stays below the final one.
-                        if best > f.floor {
-                            f.floor = best;
-                            let floor = f.floor;
-                            f.kept.retain(|&(_, h)| f64::from(h) >= floor);
-                        }
+                    // The scan raises its floor span by span: a task's first span keeps every
+                    // row it sees, so spans shorter than a block keep fewer.
+                    let best = scan::scan(cpu, d, &block.factors(), x, f.floor, start, &mut f.kept);
+                    // A row below a lower bound already seen stays below the final one.
+                    if best > f.floor {
+                        f.floor = best;
+                        let floor = f.floor;
+                        f.kept.retain(|&(_, h)| f64::from(h) >= floor);
                     }
                     if f.floor > known {
                         shared.raise(f.floor);

@@ -25,9 +25,14 @@ pub(super) struct Factors<'a> {
     pub(super) l2_err: &'a [f32],
     pub(super) rounding: &'a [f32],
     pub(super) row_l2: &'a [f32],
-    /// The largest of each factor over these rows ([`Largest::of`]).
-    pub(super) largest: Largest,
+    /// The largest of each factor over each [`SPAN`] of these rows, in order
+    /// ([`Largest::spans`]).
+    pub(super) largest: &'a [Largest],
 }
+
+/// Rows scanned between two raisings of the floor, each with one [`Largest`] for the
+/// prefilter's first radius.
+pub(super) const SPAN: usize = 256;
 
 /// The largest of each bound factor over some rows (a NaN counted as `+inf`): with one x row's
 /// multipliers, a radius no row of them exceeds, which the vector prefilters use for every row
@@ -42,6 +47,28 @@ pub(super) struct Largest {
 }
 
 impl Largest {
+    /// [`Largest::of`] each [`SPAN`] rows.
+    pub(super) fn spans(
+        max_err: &[f32],
+        l2_err: &[f32],
+        rounding: &[f32],
+        row_l2: &[f32],
+    ) -> Vec<Largest> {
+        let n = max_err.len();
+        (0..n)
+            .step_by(SPAN)
+            .map(|at| {
+                let r = at..(at + SPAN).min(n);
+                Largest::of(
+                    &max_err[r.clone()],
+                    &l2_err[r.clone()],
+                    &rounding[r.clone()],
+                    &row_l2[r],
+                )
+            })
+            .collect()
+    }
+
     pub(super) fn of(max_err: &[f32], l2_err: &[f32], rounding: &[f32], row_l2: &[f32]) -> Largest {
         let top = |v: &[f32]| {
             v.iter().fold(
@@ -78,9 +105,12 @@ pub(super) struct XFactors {
     pub(super) tiny: f64,
 }
 
-/// Push `(start + j, high_j)` for every row whose upper bound reaches `floor` (the bound
+/// Push `(start + j, high_j)` for every row whose upper bound reaches the floor (the bound
 /// rounded up to f32, half the memory of a batch's many kept rows), and return the largest lower
-/// bound of the block (`-inf` for none). Row indices fit `u32` (the caller's weight has them).
+/// bound of the block (`-inf` for none). The floor starts at `floor` and rises to the best lower
+/// bound so far after each [`SPAN`] of rows: a row below it is below the final floor too. Row
+/// indices fit `u32` (the caller's weight has them). One call takes a whole block: a call a
+/// span, each with its own setup, was a third of the pass's time (see [`scan_avx512`]).
 pub(super) fn scan(
     cpu: Cpu,
     dots: &[i32],
@@ -97,6 +127,7 @@ pub(super) fn scan(
             && f.l2_err.len() >= n
             && f.rounding.len() >= n
             && f.row_l2.len() >= n
+            && f.largest.len() >= n.div_ceil(SPAN)
     );
     #[cfg(target_arch = "x86_64")]
     if cpu.has_avx512() {
@@ -111,7 +142,20 @@ pub(super) fn scan(
         return unsafe { scan_avx2::<true>(dots, f, x, floor, start, kept) };
     }
     let _ = cpu;
-    scan_rows(0..n, dots, f, x, floor, start, kept)
+    let (mut floor, mut best) = (floor, f64::NEG_INFINITY);
+    for at in (0..n).step_by(SPAN) {
+        best = best.max(scan_rows(
+            at..(at + SPAN).min(n),
+            dots,
+            f,
+            x,
+            floor,
+            start,
+            kept,
+        ));
+        floor = floor.max(best);
+    }
+    best
 }
 
 /// Rows `rows` one at a time.
@@ -151,7 +195,7 @@ fn scan_avx2<const PREFILTER: bool>(
     dots: &[i32],
     f: &Factors<'_>,
     x: XFactors,
-    floor: f64,
+    mut floor: f64,
     start: usize,
     kept: &mut Vec<(u32, f32)>,
 ) -> f64 {
@@ -173,28 +217,37 @@ fn scan_avx2<const PREFILTER: bool>(
         _mm256_set1_pd(x.err_l2),
         _mm256_set1_pd(x.scale),
     );
-    let (tiny, margin, fl) = (
-        _mm256_set1_pd(x.tiny),
-        _mm256_set1_pd(MARGIN),
-        _mm256_set1_pd(floor),
-    );
+    let (tiny, margin) = (_mm256_set1_pd(x.tiny), _mm256_set1_pd(MARGIN));
+    let mut fl = _mm256_set1_pd(floor);
     let u = UpperF32::new(x);
-    let (xs32, r32) = (_mm256_set1_ps(u.scale), _mm256_set1_ps(u.radius(f.largest)));
+    let xs32 = _mm256_set1_ps(u.scale);
+    let mut r32 = _mm256_set1_ps(0.0);
     let (abs32, l2_32, err32, tiny32) = (
         _mm256_set1_ps(u.abs),
         _mm256_set1_ps(u.l2),
         _mm256_set1_ps(u.err_l2),
         _mm256_set1_ps(u.tiny),
     );
-    let (slack, absolute, floor32, sign) = (
+    let (slack, absolute, sign) = (
         _mm256_set1_ps(UPPER_SLACK),
         _mm256_set1_ps(UPPER_ABSOLUTE),
-        _mm256_set1_ps(down(floor)),
         _mm256_set1_ps(-0.0),
     );
+    let mut floor32 = _mm256_set1_ps(down(floor));
     let mut best = _mm256_set1_pd(f64::NEG_INFINITY);
     let mut j = 0;
     while j < full {
+        if j % SPAN == 0 {
+            if j > 0 {
+                let high = max_of_4(best);
+                if high > floor {
+                    floor = high;
+                    fl = _mm256_set1_pd(floor);
+                    floor32 = _mm256_set1_ps(down(floor));
+                }
+            }
+            r32 = _mm256_set1_ps(u.radius(f.largest[j / SPAN]));
+        }
         // SAFETY: rows `j .. j + 8` are inside `dots` and every factor (the caller's bounds).
         let need = unsafe {
             let d = _mm256_cvtepi32_ps(_mm256_loadu_si256(dots.as_ptr().add(j).cast::<__m256i>()));
@@ -251,11 +304,19 @@ fn scan_avx2<const PREFILTER: bool>(
         }
         j += STEP;
     }
+    let high = max_of_4(best);
+    let tail = scan_rows(full..n, dots, f, x, floor.max(high), start, kept);
+    tail.max(high)
+}
+
+/// The largest of four f64 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn max_of_4(v: std::arch::x86_64::__m256d) -> f64 {
     let mut lanes = [0.0f64; 4];
     // SAFETY: `lanes` holds four f64s.
-    unsafe { _mm256_storeu_pd(lanes.as_mut_ptr(), best) };
-    let tail = scan_rows(full..n, dots, f, x, floor, start, kept);
-    lanes.iter().fold(tail, |m, &v| m.max(v))
+    unsafe { std::arch::x86_64::_mm256_storeu_pd(lanes.as_mut_ptr(), v) };
+    lanes.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v))
 }
 
 /// The interval pass sixteen rows a step, most of them dismissed in f32 first: past a task's
@@ -279,7 +340,7 @@ fn scan_avx512<const PREFILTER: bool>(
     dots: &[i32],
     f: &Factors<'_>,
     x: XFactors,
-    floor: f64,
+    mut floor: f64,
     start: usize,
     kept: &mut Vec<(u32, f32)>,
 ) -> f64 {
@@ -293,7 +354,8 @@ fn scan_avx512<const PREFILTER: bool>(
     };
     const HALF: usize = 8;
     const STEP: usize = 2 * HALF;
-    const CHUNK: usize = 16 * STEP;
+    const CHUNK: usize = SPAN;
+    const _: () = assert!(SPAN.is_multiple_of(STEP));
     let n = dots.len();
     let full = n - n % STEP;
     let (abs, l2, err, xs) = (
@@ -302,28 +364,30 @@ fn scan_avx512<const PREFILTER: bool>(
         _mm512_set1_pd(x.err_l2),
         _mm512_set1_pd(x.scale),
     );
-    let (tiny, margin, fl) = (
-        _mm512_set1_pd(x.tiny),
-        _mm512_set1_pd(MARGIN),
-        _mm512_set1_pd(floor),
-    );
+    let (tiny, margin) = (_mm512_set1_pd(x.tiny), _mm512_set1_pd(MARGIN));
+    let mut fl = _mm512_set1_pd(floor);
     let u = UpperF32::new(x);
     let xs32 = _mm512_set1_ps(u.scale);
-    let r = _mm512_set1_ps(u.radius(f.largest));
     let (abs32, l2_32, err32, tiny32) = (
         _mm512_set1_ps(u.abs),
         _mm512_set1_ps(u.l2),
         _mm512_set1_ps(u.err_l2),
         _mm512_set1_ps(u.tiny),
     );
-    let (slack, absolute, floor32) = (
-        _mm512_set1_ps(UPPER_SLACK),
-        _mm512_set1_ps(UPPER_ABSOLUTE),
-        _mm512_set1_ps(down(floor)),
-    );
+    let (slack, absolute) = (_mm512_set1_ps(UPPER_SLACK), _mm512_set1_ps(UPPER_ABSOLUTE));
+    let mut floor32 = _mm512_set1_ps(down(floor));
     let mut best = _mm512_set1_pd(f64::NEG_INFINITY);
     let mut at = 0;
     while at < full {
+        if at > 0 {
+            let high = _mm512_reduce_max_pd(best);
+            if high > floor {
+                floor = high;
+                fl = _mm512_set1_pd(floor);
+                floor32 = _mm512_set1_ps(down(floor));
+            }
+        }
+        let r = _mm512_set1_ps(u.radius(f.largest[at / SPAN]));
         let end = (at + CHUNK).min(full);
         // The prefilter's masks for a chunk first, with no branch: which rows pass is as good
         // as random, and a branch on each group's mask was mispredicted often enough to cost
@@ -418,8 +482,9 @@ fn scan_avx512<const PREFILTER: bool>(
         }
         at = end;
     }
-    let tail = scan_rows(full..n, dots, f, x, floor, start, kept);
-    tail.max(_mm512_reduce_max_pd(best))
+    let high = _mm512_reduce_max_pd(best);
+    let tail = scan_rows(full..n, dots, f, x, floor.max(high), start, kept);
+    tail.max(high)
 }
 
 /// x's multipliers in f32 for the prefilter, each rounded up (they multiply nonnegative
@@ -460,7 +525,7 @@ impl UpperF32 {
 /// factors as `scan_avx512` takes them: `+inf` or NaN where a factor is infinite.
 #[cfg(test)]
 fn upper_f32(dots: &[i32], f: &Factors<'_>, u: &UpperF32, j: usize) -> f32 {
-    upper_f32_with(dots, f, u, j, u.radius(f.largest))
+    upper_f32_with(dots, f, u, j, u.radius(f.largest[j / SPAN]))
 }
 
 /// The same with row `j`'s own factors: the vector scans' second prefilter.
@@ -533,6 +598,85 @@ mod tests {
         }
     }
 
+    /// Random factors for `n` rows: scales, then the four bound factors.
+    fn factor_columns(s: &mut Stream, n: usize) -> Vec<Vec<f32>> {
+        (0..5)
+            .map(|c| {
+                (0..n)
+                    .map(|_| {
+                        if c == 0 {
+                            s.factor() * 1e-6
+                        } else {
+                            s.factor()
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A block scanned in one call keeps exactly the rows, and finds the floor, of its spans
+    /// scanned one after another with the floor raised to the best lower bound between them,
+    /// on every path this CPU has: the floor rises by that rule and no other.
+    #[test]
+    fn one_call_over_a_block_raises_the_floor_span_by_span() {
+        let mut s = Stream(0x2545_f491_4f6c_dd1d);
+        for case in 0..60 {
+            let n = 1 + (s.next() % 1200) as usize;
+            // Centres rising through the block, so each span's best lower bound matters to
+            // the next: the later rows stand on the earlier ones' floor.
+            let dots: Vec<i32> = (0..n)
+                .map(|j| (j as i32 * 3_000).wrapping_add((s.next() % 20_000) as i32))
+                .collect();
+            let cols = factor_columns(&mut s, n);
+            let scale = vec![1e-6f32; n];
+            let largest = Largest::spans(&cols[1], &cols[2], &cols[3], &cols[4]);
+            let f = Factors {
+                scale: &scale,
+                max_err: &cols[1],
+                l2_err: &cols[2],
+                rounding: &cols[3],
+                row_l2: &cols[4],
+                largest: &largest,
+            };
+            let x = XFactors {
+                abs: 1e-3,
+                l2: 1e-3,
+                err_l2: 1e-6,
+                scale: 1.0,
+                tiny: 1e-42,
+            };
+            let floor = if case % 3 == 0 {
+                0.5
+            } else {
+                f64::NEG_INFINITY
+            };
+            for cpu in simd::available().into_iter().map(simd::limit) {
+                // The same path a span at a time (one span a call: nothing to raise inside).
+                let (mut want, mut at_floor, mut want_best) =
+                    (Vec::new(), floor, f64::NEG_INFINITY);
+                for at in (0..n).step_by(SPAN) {
+                    let r = at..(at + SPAN).min(n);
+                    let span = Factors {
+                        scale: &f.scale[r.clone()],
+                        max_err: &f.max_err[r.clone()],
+                        l2_err: &f.l2_err[r.clone()],
+                        rounding: &f.rounding[r.clone()],
+                        row_l2: &f.row_l2[r.clone()],
+                        largest: &largest[at / SPAN..],
+                    };
+                    let b = scan(cpu, &dots[r], &span, x, at_floor, 9 + at, &mut want);
+                    want_best = want_best.max(b);
+                    at_floor = at_floor.max(want_best);
+                }
+                let mut got = Vec::new();
+                let best = scan(cpu, &dots, &f, x, floor, 9, &mut got);
+                assert_eq!(got, want, "{:?}, case {case}, {n} rows", cpu.isa());
+                assert_eq!(best.max(floor), want_best.max(floor), "case {case}");
+            }
+        }
+    }
+
     /// A vector scan without and with its prefilter.
     #[cfg(target_arch = "x86_64")]
     type Scans =
@@ -562,26 +706,15 @@ mod tests {
         for case in 0..200 {
             let n = 37 + case % 300;
             let dots: Vec<i32> = (0..n).map(|_| s.dot()).collect();
-            let cols: Vec<Vec<f32>> = (0..5)
-                .map(|c| {
-                    (0..n)
-                        .map(|_| {
-                            if c == 0 {
-                                s.factor() * 1e-6
-                            } else {
-                                s.factor()
-                            }
-                        })
-                        .collect()
-                })
-                .collect();
+            let cols = factor_columns(&mut s, n);
+            let largest = Largest::spans(&cols[1], &cols[2], &cols[3], &cols[4]);
             let f = Factors {
                 scale: &cols[0],
                 max_err: &cols[1],
                 l2_err: &cols[2],
                 rounding: &cols[3],
                 row_l2: &cols[4],
-                largest: Largest::of(&cols[1], &cols[2], &cols[3], &cols[4]),
+                largest: &largest,
             };
             let x = XFactors {
                 abs: f64::from(s.factor()) + 1e-3,
