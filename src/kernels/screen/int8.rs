@@ -517,8 +517,8 @@ unsafe fn vnni_tile<const R: usize, const P: usize>(
         for p in 0..PAIRS {
             for (r, acc) in acc.iter_mut().enumerate() {
                 let xb = _mm512_set1_epi32(xw.add(r * WIDE + 2 * p).cast::<i32>().read_unaligned());
-                for c in 0..P {
-                    acc[c] = _mm512_dpwssd_epi32(acc[c], wide[c][p], xb);
+                for (a, pairs) in acc.iter_mut().zip(wide) {
+                    *a = _mm512_dpwssd_epi32(*a, pairs[p], xb);
                 }
             }
         }
@@ -526,8 +526,8 @@ unsafe fn vnni_tile<const R: usize, const P: usize>(
         for (r, acc) in acc.iter().enumerate() {
             let row = t.i + r;
             let offset = _mm512_set1_epi32(sums[row].wrapping_mul(128));
-            for c in 0..P {
-                let v = _mm512_sub_epi32(acc[c], offset);
+            for (c, &a) in acc.iter().enumerate() {
+                let v = _mm512_sub_epi32(a, offset);
                 let j0 = t.j0 + c * panel::ROWS;
                 let dst = out.as_mut_ptr().add(row * t.rows + j0);
                 if j0 + panel::ROWS <= t.rows {
