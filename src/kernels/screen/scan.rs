@@ -613,6 +613,22 @@ mod tests {
         }
     }
 
+    /// `scale` with the four bound factors `cols[1..5]` and their spans' `largest`.
+    fn factors_of<'a>(
+        scale: &'a [f32],
+        cols: &'a [Vec<f32>],
+        largest: &'a [Largest],
+    ) -> Factors<'a> {
+        Factors {
+            scale,
+            max_err: &cols[1],
+            l2_err: &cols[2],
+            rounding: &cols[3],
+            row_l2: &cols[4],
+            largest,
+        }
+    }
+
     /// Random factors for `n` rows: scales, then the four bound factors.
     fn factor_columns(s: &mut Stream, n: usize) -> Vec<Vec<f32>> {
         (0..5)
@@ -646,14 +662,7 @@ mod tests {
             let cols = factor_columns(&mut s, n);
             let scale = vec![1e-6f32; n];
             let largest = Largest::spans(&cols[1], &cols[2], &cols[3], &cols[4]);
-            let f = Factors {
-                scale: &scale,
-                max_err: &cols[1],
-                l2_err: &cols[2],
-                rounding: &cols[3],
-                row_l2: &cols[4],
-                largest: &largest,
-            };
+            let f = factors_of(&scale, &cols, &largest);
             let x = XFactors {
                 abs: 1e-3,
                 l2: 1e-3,
@@ -723,14 +732,7 @@ mod tests {
             let dots: Vec<i32> = (0..n).map(|_| s.dot()).collect();
             let cols = factor_columns(&mut s, n);
             let largest = Largest::spans(&cols[1], &cols[2], &cols[3], &cols[4]);
-            let f = Factors {
-                scale: &cols[0],
-                max_err: &cols[1],
-                l2_err: &cols[2],
-                rounding: &cols[3],
-                row_l2: &cols[4],
-                largest: &largest,
-            };
+            let f = factors_of(&cols[0], &cols, &largest);
             let x = XFactors {
                 abs: f64::from(s.factor()) + 1e-3,
                 l2: f64::from(s.factor()) + 1e-3,
