@@ -200,12 +200,12 @@ fn scan_avx2<const PREFILTER: bool>(
     kept: &mut Vec<(u32, f32)>,
 ) -> f64 {
     use std::arch::x86_64::{
-        __m128i, __m256i, _mm256_add_pd, _mm256_add_ps, _mm256_andnot_ps, _mm256_cmp_pd,
-        _mm256_cmp_ps, _mm256_cvtepi32_pd, _mm256_cvtepi32_ps, _mm256_cvtps_pd, _mm256_fmadd_pd,
-        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd, _mm256_min_pd,
-        _mm256_min_ps, _mm256_movemask_pd, _mm256_movemask_ps, _mm256_mul_pd, _mm256_mul_ps,
-        _mm256_set1_pd, _mm256_set1_ps, _mm256_storeu_pd, _mm256_sub_pd, _mm_loadu_ps,
-        _mm_loadu_si128, _CMP_GE_OQ, _CMP_NLT_UQ,
+        __m128i, __m256, __m256i, _mm256_add_pd, _mm256_add_ps, _mm256_andnot_ps, _mm256_cmp_pd,
+        _mm256_cmp_ps, _mm256_cmpeq_epi8, _mm256_cvtepi32_pd, _mm256_cvtepi32_ps, _mm256_cvtps_pd,
+        _mm256_fmadd_pd, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_pd,
+        _mm256_min_pd, _mm256_min_ps, _mm256_movemask_epi8, _mm256_movemask_pd, _mm256_movemask_ps,
+        _mm256_mul_pd, _mm256_mul_ps, _mm256_set1_pd, _mm256_set1_ps, _mm256_setzero_si256,
+        _mm256_storeu_pd, _mm256_sub_pd, _mm_loadu_ps, _mm_loadu_si128, _CMP_GE_OQ, _CMP_NLT_UQ,
     };
     const HALF: usize = 4;
     const STEP: usize = 2 * HALF;
@@ -221,7 +221,6 @@ fn scan_avx2<const PREFILTER: bool>(
     let mut fl = _mm256_set1_pd(floor);
     let u = UpperF32::new(x);
     let xs32 = _mm256_set1_ps(u.scale);
-    let mut r32 = _mm256_set1_ps(0.0);
     let (abs32, l2_32, err32, tiny32) = (
         _mm256_set1_ps(u.abs),
         _mm256_set1_ps(u.l2),
@@ -235,74 +234,108 @@ fn scan_avx2<const PREFILTER: bool>(
     );
     let mut floor32 = _mm256_set1_ps(down(floor));
     let mut best = _mm256_set1_pd(f64::NEG_INFINITY);
-    let mut j = 0;
-    while j < full {
-        if j % SPAN == 0 {
-            if j > 0 {
-                let high = max_of_4(best);
-                if high > floor {
-                    floor = high;
-                    fl = _mm256_set1_pd(floor);
-                    floor32 = _mm256_set1_ps(down(floor));
-                }
-            }
-            r32 = _mm256_set1_ps(u.radius(f.largest[j / SPAN]));
-        }
-        // SAFETY: rows `j .. j + 8` are inside `dots` and every factor (the caller's bounds).
-        let need = unsafe {
-            let d = _mm256_cvtepi32_ps(_mm256_loadu_si256(dots.as_ptr().add(j).cast::<__m256i>()));
-            let scale = _mm256_loadu_ps(f.scale.as_ptr().add(j));
-            let centre = _mm256_mul_ps(d, _mm256_mul_ps(xs32, scale));
-            // `upper_f32`'s overestimate, the same operations eight lanes at a time.
-            let magnitude = _mm256_andnot_ps(sign, centre);
-            let widen = _mm256_fmadd_ps(_mm256_add_ps(magnitude, r32), slack, absolute);
-            let high = _mm256_add_ps(_mm256_add_ps(centre, r32), widen);
-            // Not below the floor, or NaN: the f64 interval decides.
-            let need = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(high, floor32));
-            if need == 0 {
-                0
-            } else {
-                // Again with each row's own radius (see `scan_avx512`).
-                let load = |v: &[f32]| _mm256_loadu_ps(v.as_ptr().add(j));
-                let quantised = _mm256_min_ps(
-                    _mm256_mul_ps(abs32, load(f.max_err)),
-                    _mm256_mul_ps(l2_32, load(f.l2_err)),
-                );
-                let r = _mm256_fmadd_ps(err32, load(f.row_l2), quantised);
-                let r = _mm256_add_ps(_mm256_fmadd_ps(abs32, load(f.rounding), r), tiny32);
+    // The prefilter's overestimate of rows `j .. j + 8` with the radius `$r` (the span's, or
+    // each row's own), the same operations as `upper_f32` eight lanes at a time; the lanes
+    // not below the floor, or NaN (the f64 interval decides). A macro, not a closure: a
+    // closure's intrinsics may not be compiled with this function's features.
+    macro_rules! passes {
+        ($j:expr, $r:expr) => {{
+            let j = $j;
+            // SAFETY: rows `j .. j + 8` are inside `dots` and every factor (the caller's
+            // bounds); this function enables AVX2 and FMA.
+            unsafe {
+                let d =
+                    _mm256_cvtepi32_ps(_mm256_loadu_si256(dots.as_ptr().add(j).cast::<__m256i>()));
+                let scale = _mm256_loadu_ps(f.scale.as_ptr().add(j));
+                let centre = _mm256_mul_ps(d, _mm256_mul_ps(xs32, scale));
+                let r: __m256 = $r(j);
+                let magnitude = _mm256_andnot_ps(sign, centre);
                 let widen = _mm256_fmadd_ps(_mm256_add_ps(magnitude, r), slack, absolute);
                 let high = _mm256_add_ps(_mm256_add_ps(centre, r), widen);
-                need & _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(high, floor32))
+                _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(high, floor32))
             }
+        }};
+    }
+    let mut at = 0;
+    while at < full {
+        if at > 0 {
+            let high = max_of_4(best);
+            if high > floor {
+                floor = high;
+                fl = _mm256_set1_pd(floor);
+                floor32 = _mm256_set1_ps(down(floor));
+            }
+        }
+        let r32 = _mm256_set1_ps(u.radius(f.largest[at / SPAN]));
+        let end = (at + SPAN).min(full);
+        let steps = (end - at) / STEP;
+        // Each step's rows left by the span's radius, with no branch (as in `scan_avx512`),
+        // then only the steps with a row left, by the set bits of one mask.
+        let mut masks = [0xffu8; SPAN / STEP];
+        let mut left = if steps == 32 {
+            u32::MAX
+        } else {
+            (1 << steps) - 1
         };
-        for h in 0..2 {
-            if PREFILTER && (need >> (HALF * h)) & 0xf == 0 {
-                continue;
+        if PREFILTER {
+            for (mask, j) in masks.iter_mut().zip((at..end).step_by(STEP)) {
+                *mask = passes!(j, |_| r32) as u8;
             }
-            let j = j + HALF * h;
-            // SAFETY: rows `j .. j + 4` are inside `dots` and every factor (as above).
-            unsafe {
-                let load = |v: &[f32]| _mm256_cvtps_pd(_mm_loadu_ps(v.as_ptr().add(j)));
-                let d = _mm256_cvtepi32_pd(_mm_loadu_si128(dots.as_ptr().add(j).cast::<__m128i>()));
-                let centre = _mm256_mul_pd(d, _mm256_mul_pd(xs, load(f.scale)));
-                let quantised = _mm256_min_pd(
-                    _mm256_mul_pd(abs, load(f.max_err)),
-                    _mm256_mul_pd(l2, load(f.l2_err)),
-                );
-                let r = _mm256_fmadd_pd(err, load(f.row_l2), quantised);
-                let r = _mm256_fmadd_pd(abs, load(f.rounding), r);
-                let radius = _mm256_mul_pd(_mm256_add_pd(r, tiny), margin);
-                let high = _mm256_add_pd(centre, radius);
-                best = _mm256_max_pd(best, _mm256_sub_pd(centre, radius));
-                let mask = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_GE_OQ>(high, fl));
-                if mask != 0 {
-                    let mut h = [0.0f64; HALF];
-                    _mm256_storeu_pd(h.as_mut_ptr(), high);
-                    keep(mask as u32, &h, start + j, kept);
+            // SAFETY: `masks` is 32 bytes; this function enables AVX2.
+            left &= unsafe {
+                let v = _mm256_loadu_si256(masks.as_ptr().cast::<__m256i>());
+                !(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_setzero_si256())) as u32)
+            };
+        }
+        while left != 0 {
+            let step = left.trailing_zeros() as usize;
+            left &= left - 1;
+            let j = at + step * STEP;
+            // Again with each row's own radius (see `scan_avx512`).
+            let need = if PREFILTER {
+                i32::from(masks[step])
+                    & passes!(j, |j: usize| {
+                        let load = |v: &[f32]| _mm256_loadu_ps(v.as_ptr().add(j));
+                        let quantised = _mm256_min_ps(
+                            _mm256_mul_ps(abs32, load(f.max_err)),
+                            _mm256_mul_ps(l2_32, load(f.l2_err)),
+                        );
+                        let r = _mm256_fmadd_ps(err32, load(f.row_l2), quantised);
+                        _mm256_add_ps(_mm256_fmadd_ps(abs32, load(f.rounding), r), tiny32)
+                    })
+            } else {
+                0xff
+            };
+            for h in 0..2 {
+                if (need >> (HALF * h)) & 0xf == 0 {
+                    continue;
+                }
+                let j = j + HALF * h;
+                // SAFETY: rows `j .. j + 4` are inside `dots` and every factor (as above).
+                unsafe {
+                    let load = |v: &[f32]| _mm256_cvtps_pd(_mm_loadu_ps(v.as_ptr().add(j)));
+                    let d =
+                        _mm256_cvtepi32_pd(_mm_loadu_si128(dots.as_ptr().add(j).cast::<__m128i>()));
+                    let centre = _mm256_mul_pd(d, _mm256_mul_pd(xs, load(f.scale)));
+                    let quantised = _mm256_min_pd(
+                        _mm256_mul_pd(abs, load(f.max_err)),
+                        _mm256_mul_pd(l2, load(f.l2_err)),
+                    );
+                    let r = _mm256_fmadd_pd(err, load(f.row_l2), quantised);
+                    let r = _mm256_fmadd_pd(abs, load(f.rounding), r);
+                    let radius = _mm256_mul_pd(_mm256_add_pd(r, tiny), margin);
+                    let high = _mm256_add_pd(centre, radius);
+                    best = _mm256_max_pd(best, _mm256_sub_pd(centre, radius));
+                    let mask = _mm256_movemask_pd(_mm256_cmp_pd::<_CMP_GE_OQ>(high, fl));
+                    if mask != 0 {
+                        let mut h = [0.0f64; HALF];
+                        _mm256_storeu_pd(h.as_mut_ptr(), high);
+                        keep(mask as u32, &h, start + j, kept);
+                    }
                 }
             }
         }
-        j += STEP;
+        at = end;
     }
     let high = max_of_4(best);
     let tail = scan_rows(full..n, dots, f, x, floor.max(high), start, kept);
