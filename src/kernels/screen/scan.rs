@@ -236,8 +236,8 @@ fn scan_avx2<const PREFILTER: bool>(
     let mut best = _mm256_set1_pd(f64::NEG_INFINITY);
     // The prefilter's overestimate of rows `j .. j + 8` with the radius `$r` (the span's, or
     // each row's own), the same operations as `upper_f32` eight lanes at a time; the lanes
-    // not below the floor, or NaN (the f64 interval decides). A macro, not a closure: a
-    // closure's intrinsics may not be compiled with this function's features.
+    // not below the floor, or NaN (the f64 interval decides). A macro rather than a closure,
+    // which would hold `floor32` borrowed while the loop raises it.
     macro_rules! passes {
         ($j:expr, $r:expr) => {{
             let j = $j;
