@@ -60,8 +60,11 @@ fn block_avx512(dtype: DType, b: &[u8], out: &mut [f32]) {
     by_format!(dtype, B => store_block::<B>(b, out), floats => decode_block(floats, b, out))
 }
 
+/// Block `b` decoded into `out[..32 * GROUPS]`, a run of groups at a time (also the strips'
+/// decode, [`super::strip`]).
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn store_block<B: Blocks512>(b: &[u8], out: &mut [f32]) {
+#[inline]
+pub(super) fn store_block<B: Blocks512>(b: &[u8], out: &mut [f32]) {
     // SAFETY: this function's features are the ones `prepare512_f16c` needs.
     let shared = unsafe { B::prepare512_f16c(b) };
     let runs = out[..32 * B::GROUPS].chunks_exact_mut(32 * B::RUN);

@@ -15,12 +15,10 @@
 //! memory, which changes nothing in their order.
 #![allow(unsafe_code)]
 
-use std::arch::x86_64::{
-    __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
-};
+use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps};
 
 use super::avx2::by_format;
-use super::avx512::Blocks512;
+use super::avx512::{store_block, Blocks512};
 use crate::kernels::dtype::DType;
 use crate::kernels::parallel::ColumnsMut;
 use crate::kernels::simd::{self, LineAligned, LANES};
@@ -190,21 +188,8 @@ fn decode_row<B: Blocks512>(row: &[u8], dst: &mut [f32]) {
     let elems = 32 * B::GROUPS;
     assert_eq!(row.len() / B::BYTES * elems, dst.len(), "strip row length");
     for (blk, dst) in row.chunks_exact(B::BYTES).zip(dst.chunks_exact_mut(elems)) {
-        // SAFETY: only inlined into `strips`, which enables F16C and AVX-512F.
-        let shared = unsafe { B::prepare512_f16c(blk) };
-        for (j, dst) in dst.chunks_exact_mut(32 * B::RUN).enumerate() {
-            // SAFETY: `blk` is one whole block, and this is only inlined into `strips`, which
-            // enables AVX-512F, AVX2, FMA and F16C.
-            let run = unsafe { B::run512(blk, j) };
-            for (s, dst) in dst.chunks_exact_mut(32).enumerate() {
-                // SAFETY: as above; `dst` holds 32 f32s (two unaligned stores).
-                unsafe {
-                    let v = B::group512(blk, &run, &shared, B::RUN * j + s);
-                    _mm512_storeu_ps(dst.as_mut_ptr(), v[0]);
-                    _mm512_storeu_ps(dst.as_mut_ptr().add(16), v[1]);
-                }
-            }
-        }
+        // SAFETY: only inlined into `strips`, which enables store_block's features.
+        unsafe { store_block::<B>(blk, dst) };
     }
 }
 

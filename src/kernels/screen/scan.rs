@@ -69,7 +69,7 @@ impl Largest {
             .collect()
     }
 
-    pub(super) fn of(max_err: &[f32], l2_err: &[f32], rounding: &[f32], row_l2: &[f32]) -> Largest {
+    fn of(max_err: &[f32], l2_err: &[f32], rounding: &[f32], row_l2: &[f32]) -> Largest {
         let top = |v: &[f32]| {
             v.iter().fold(
                 0.0f32,
