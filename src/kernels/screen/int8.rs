@@ -602,7 +602,11 @@ fn dots_avx2(x: &XBytes, m: usize, panels: &[u8], rows: usize, kp: usize, out: &
 /// one, 8.9 -> 7.8 at 4 rows and 40.2 -> 38.1 at 32 (four panels ahead: between the two), and
 /// the real 270M file's head at batch 8 420 -> 383 ms over 31 steps (medians of four, builds
 /// alternating; Zen 3 again). Dropping the L1 prefetch from the other tiles made 32 rows
-/// slower.
+/// slower. The first tile itself does without it: its far prefetch has already asked for
+/// these lines, and asking again [`panel::PREFETCH_BYTES`] ahead made it slower (AMD EPYC,
+/// Zen 3, 2 threads, the real 270M file's head over 31 steps, builds alternating: batch 8
+/// 424-616 -> 396-535 ms in ten rounds, nine of them lower; batch 4 330-356 -> 290-314 and
+/// batch 32 1652-1830 -> 1605-1651 in three).
 ///
 /// # Safety
 /// The CPU has AVX2; `t.panels` holds one panel, x rows `i .. i + TILE_X` exist, and `out`
@@ -630,9 +634,10 @@ unsafe fn avx2_tile<const FIRST: bool>(
         let xq = x.q.as_ptr().add(t.i * kp);
         for g in 0..kp / panel::GROUP {
             let at = w.add(g * panel::GROUP_BYTES);
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
             if FIRST {
                 _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(2 * size).cast());
+            } else {
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(panel::PREFETCH_BYTES).cast());
             }
             let a = [
                 _mm256_loadu_si256(at.cast::<__m256i>()),

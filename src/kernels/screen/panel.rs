@@ -37,7 +37,8 @@ pub(super) fn level(byte: u8) -> i8 {
     (byte ^ FLIP) as i8
 }
 
-/// How far ahead of their loads the integer tiles, [`centres_many`] and the AVX2 [`centres`]
+/// How far ahead of their loads the integer tiles (but for the first AVX2 tile of a panel, whose
+/// far prefetch has asked for the lines already), [`centres_many`] and the AVX2 [`centres`]
 /// prefetch: a single row of x streams through the whole screen, and without it the loads wait
 /// on memory (batch-1 decode was 17 % slower). Past a panel's end this reaches into the next
 /// one, which is read next. 8 KiB for the integer tiles too left batch 8 and 32 level (AMD
